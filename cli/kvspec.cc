@@ -1,0 +1,119 @@
+// The kvspec command: runs traces (../shared/TRACE.md) against the reference
+// core and reports what every query saw.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/attention.h"
+#include "core/trace_runner.h"
+
+namespace {
+
+const char kUsage[] =
+    "usage: kvspec COMMAND [ARGS]\n"
+    "\n"
+    "kvspec is the reference for the caches of LLM inference: KV caches,\n"
+    "masks and attention kernels, checked by traces.\n"
+    "\n"
+    "commands:\n"
+    "  trace FILE...   run traces; see `kvspec trace --help`\n"
+    "  targets         print the Highway target the kernels dispatch to\n"
+    "  --help, help    this text\n"
+    "\n"
+    "exit status: 0 success, 1 a refused operation or failed expectation,\n"
+    "2 a syntax error, a limit exceeded, or bad usage.\n";
+
+const char kTraceUsage[] =
+    "usage: kvspec trace [--values] [--emit] [--max-memory MIB] FILE...\n"
+    "\n"
+    "Runs each trace file (`-` reads standard input) as written in the trace\n"
+    "format, version 1. For each forward it prints, on standard output, one\n"
+    "`sees LAYER rR pP: ITEMS` line per attention layer, row and real query,\n"
+    "recovered from the bytes stored in the slots the mask admits. Errors and\n"
+    "failed expectations go to standard error as FILE:LINE: ... (syntax\n"
+    "errors as FILE:LINE:COL: ...).\n"
+    "\n"
+    "options:\n"
+    "  --values          also print `out LAYER rR pP: V...` lines (always on\n"
+    "                    when a trace holds an `expect out` line)\n"
+    "  --emit            print the trace back instead, with `expect sees` and\n"
+    "                    `expect positions` lines (and `expect out` lines\n"
+    "                    with --values) filled in from the run\n"
+    "  --max-memory MIB  storage budget over all layouts of one trace\n"
+    "                    (default 4096); a trace needing more stops, exit 2\n"
+    "\n"
+    "Supported now: kv layers and every statement except join, filter,\n"
+    "extract and reload; rotating and ssm layers are refused as not supported\n"
+    "yet.\n"
+    "\n"
+    "exit status: 0 all expectations met, 1 a refused operation or a failed\n"
+    "expectation, 2 a syntax error or a limit; over several files the largest.\n";
+
+int Trace(int argc, char** argv) {
+  kvspec::trace::RunOptions options;
+  std::vector<std::string> files;
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kTraceUsage, stdout);
+      return 0;
+    } else if (arg == "--values") {
+      options.values = true;
+    } else if (arg == "--emit") {
+      options.emit = true;
+    } else if (arg == "--max-memory") {
+      if (i + 1 >= argc) {
+        std::fputs("kvspec trace: --max-memory needs a value in MiB\n", stderr);
+        return 2;
+      }
+      char* end = nullptr;
+      const unsigned long long mib = std::strtoull(argv[++i], &end, 10);
+      if (!end || *end != '\0' || mib == 0 || mib > (1ull << 24)) {
+        std::fprintf(stderr, "kvspec trace: bad --max-memory value '%s'\n", argv[i]);
+        return 2;
+      }
+      options.max_bytes = static_cast<size_t>(mib) << 20;
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      std::fprintf(stderr, "kvspec trace: unknown option '%s' (see kvspec trace --help)\n",
+                   arg.c_str());
+      return 2;
+    } else {
+      files.push_back(arg);
+    }
+  }
+  if (files.empty()) {
+    std::fputs("kvspec trace: no trace files given (see kvspec trace --help)\n", stderr);
+    return 2;
+  }
+  int status = 0;
+  for (const std::string& file : files) {
+    const int s = kvspec::trace::RunTraceFile(file, options, std::cout, std::cerr);
+    std::cout.flush();
+    if (s > status) status = s;
+  }
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string command = argv[1];
+  if (command == "--help" || command == "-h" || command == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (command == "trace") return Trace(argc - 2, argv + 2);
+  if (command == "targets") {
+    std::printf("attention: %s\n", kvspec::AttentionTargetName());
+    return 0;
+  }
+  std::fprintf(stderr, "kvspec: unknown command '%s' (see kvspec --help)\n", command.c_str());
+  return 2;
+}

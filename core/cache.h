@@ -1,0 +1,130 @@
+// The cache interface every kind implements, kind strings and capability
+// predicates, and the column model shared by every batched cache.
+//
+// Column model (../shared/TRACE.md, "Columns and wrap"): a batch is
+// rectangular. Every forward adds L columns to every row; row r's first
+// left[r] columns are left padding (allowed only while the row holds no
+// token) and its last right[r] are prepared prefill padding. A row's real
+// tokens have positions 0, 1, 2, ... in column order; padding has none.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace kvspec {
+
+// ---------------------------------------------------------------------------
+// Kinds. Stable strings; see README "Cache kinds". Predicates compare
+// strings and fail closed: anything not listed is not capable.
+inline constexpr std::string_view kKindKv = "kv";
+inline constexpr std::string_view kKindBatchedKv = "batched_kv";
+inline constexpr std::string_view kKindRotating = "rotating";
+inline constexpr std::string_view kKindBatchedRotating = "batched_rotating";
+inline constexpr std::string_view kKindSsm = "ssm";
+inline constexpr std::string_view kKindBatchedSsm = "batched_ssm";
+
+bool IsPlainKvCache(std::string_view kind);      // kv, batched_kv
+bool IsRotatingCache(std::string_view kind);     // rotating, batched_rotating
+bool IsRecurrentCache(std::string_view kind);    // ssm, batched_ssm
+bool IsAttentionCache(std::string_view kind);    // plain kv or rotating
+bool IsBatchedCache(std::string_view kind);      // batched_*
+
+// ---------------------------------------------------------------------------
+// One forward's columns: L per row, with per-row padding.
+struct ForwardColumns {
+  int32_t columns = 1;          // L >= 1
+  std::vector<int32_t> left;    // [rows] leading pad columns
+  std::vector<int32_t> right;   // [rows] trailing pad columns (prepared padding)
+  bool decode = false;          // a decode step (L = 1), not a window
+
+  int32_t Real(size_t row) const { return columns - left[row] - right[row]; }
+  // A forward of L columns with no padding on `rows` rows.
+  static ForwardColumns Dense(int rows, int32_t columns, bool decode = false);
+};
+
+// RoPE offset: every row's next position. A static integer when all rows
+// agree, else a per-row array. The array is a value: a copy someone holds
+// never changes afterwards.
+struct RopeOffset {
+  bool is_static = true;
+  int32_t value = 0;            // when is_static
+  std::vector<int32_t> per_row; // always filled, [rows]
+};
+
+// FNV-1a, 64 bit: the hash of `state` lines and of state comparisons.
+class Hasher {
+ public:
+  void Bytes(const void* data, size_t size) {
+    const unsigned char* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < size; ++i) {
+      value_ = (value_ ^ p[i]) * 0x100000001B3ull;
+    }
+  }
+  template <class T>
+  void Value(const T& v) { Bytes(&v, sizeof(v)); }
+  template <class T>
+  void Vector(const std::vector<T>& v) {
+    Value(static_cast<uint64_t>(v.size()));
+    if (!v.empty()) Bytes(v.data(), v.size() * sizeof(T));
+  }
+  uint64_t value() const { return value_; }
+
+ private:
+  uint64_t value_ = 0xCBF29CE484222325ull;
+};
+
+// ---------------------------------------------------------------------------
+class Cache {
+ public:
+  virtual ~Cache() = default;
+
+  // The stable kind string. Concrete caches get it from WithKind<> below,
+  // so a type that does not declare its kKind does not compile.
+  virtual std::string kind() const = 0;
+  virtual int rows() const = 0;
+  // Columns held per row (pads included).
+  virtual int64_t columns() const = 0;
+  // Each row's next position (its real token count).
+  virtual std::vector<int32_t> positions() const = 0;
+  RopeOffset ropeOffset() const;
+
+  // Physical bytes one more token costs one row.
+  virtual size_t bytesPerToken() const = 0;
+  // Bytes of storage currently allocated.
+  virtual size_t allocatedBytes() const = 0;
+
+  virtual bool isTrimmable() const = 0;
+  // Whether trim(n, bypass) would be accepted; changes nothing.
+  virtual Status CheckTrim(int32_t n, bool bypass) const = 0;
+  // Drops the last n real tokens of every row. Without bypass refused
+  // unless isTrimmable(); with bypass valid only right after a window write
+  // of at least n real tokens in every row. Refused: changes nothing.
+  virtual Status trim(int32_t n, bool bypass = false) = 0;
+
+  // Feeds every byte of the cache's state (storage, counters, phase) to
+  // *hasher: two caches hash alike when they are bit-identical.
+  virtual void HashState(Hasher* hasher) const = 0;
+
+  // An explicit deep copy.
+  virtual std::unique_ptr<Cache> Copy() const = 0;
+};
+
+// Gives a concrete cache its kind() from `static constexpr std::string_view
+// kKind` of Derived; forgetting kKind (or leaving it empty) fails to compile.
+template <class Derived, class Base>
+class WithKind : public Base {
+ public:
+  using Base::Base;
+  std::string kind() const final {
+    static_assert(!Derived::kKind.empty(), "a cache kind must not be empty");
+    return std::string(Derived::kKind);
+  }
+};
+
+}  // namespace kvspec

@@ -1,0 +1,260 @@
+#include "core/layout.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace kvspec {
+
+namespace {
+
+std::string LayerName(const LayerConfig& c, size_t i) {
+  return c.name.empty() ? "layer " + std::to_string(i) : "layer '" + c.name + "'";
+}
+
+}  // namespace
+
+Status Layout::Create(int rows, std::vector<LayerConfig> layers,
+                      std::unique_ptr<Layout>* out) {
+  if (rows < 1) return Status::Error("a layout needs at least one row");
+  if (layers.empty()) return Status::Error("a layout needs at least one layer");
+  std::unique_ptr<Layout> layout(new Layout());
+  layout->rows_ = rows;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerConfig& c = layers[i];
+    switch (c.type) {
+      case LayerType::kKv: {
+        if (c.heads < 1 || c.dim < 1 || c.window < 0 || c.QueryHeads() % c.heads != 0) {
+          return Status::Error(LayerName(c, i) + ": bad shape (heads " +
+                               std::to_string(c.heads) + ", query heads " +
+                               std::to_string(c.QueryHeads()) + ", dim " +
+                               std::to_string(c.dim) + ", window " +
+                               std::to_string(c.window) + ")");
+        }
+        if (rows == 1) {
+          layout->layers_.push_back(std::make_unique<KvCache>(c.heads, c.dim, c.window));
+        } else {
+          layout->layers_.push_back(
+              std::make_unique<BatchedKvCache>(rows, c.heads, c.dim, c.window));
+        }
+        break;
+      }
+      case LayerType::kRotating:
+        return Status::Error(LayerName(c, i) + ": rotating caches are not supported yet");
+      case LayerType::kSsm:
+        return Status::Error(LayerName(c, i) + ": ssm caches are not supported yet");
+    }
+  }
+  layout->configs_ = std::move(layers);
+  layout->mask_of_layer_.assign(layout->layers_.size(), -1);
+  *out = std::move(layout);
+  return Status::Ok();
+}
+
+std::unique_ptr<Layout> Layout::Copy() const {
+  std::unique_ptr<Layout> copy(new Layout());
+  copy->rows_ = rows_;
+  copy->configs_ = configs_;
+  for (const auto& layer : layers_) copy->layers_.push_back(layer->Copy());
+  copy->mask_of_layer_.assign(layers_.size(), -1);  // masks point into caches
+  copy->bypass_bound_ = bypass_bound_;
+  copy->armed_ = armed_;
+  copy->verified_ = verified_;
+  copy->verify_real_ = verify_real_;
+  return copy;
+}
+
+const AttentionCache* Layout::attention(size_t layer) const {
+  return dynamic_cast<const AttentionCache*>(layers_[layer].get());
+}
+
+size_t Layout::allocatedBytes() const {
+  size_t total = 0;
+  for (const auto& layer : layers_) total += layer->allocatedBytes();
+  return total;
+}
+
+size_t Layout::BytesAfterForward(int32_t columns) const {
+  size_t total = 0;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const AttentionCache* a = attention(i);
+    total += a ? a->BytesAfterAppend(columns) : layers_[i]->allocatedBytes();
+  }
+  return total;
+}
+
+void Layout::ForgetLastForward() {
+  masks_.clear();
+  std::fill(mask_of_layer_.begin(), mask_of_layer_.end(), -1);
+}
+
+Status Layout::CheckForward(const ForwardColumns& cols) const {
+  if (armed_ && verified_) {
+    return Status::Error("a round is armed and its verify forward has run: accept first");
+  }
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const AttentionCache* a = attention(i);
+    if (a) {
+      Status s = a->CheckAppend(cols);
+      if (!s.ok()) return Status::Error(LayerName(configs_[i], i) + ": " + s.message());
+    }
+  }
+  return Status::Ok();
+}
+
+Status Layout::Forward(const ForwardColumns& cols, const std::vector<AttentionIO>& io) {
+  KVSPEC_RETURN_IF_ERROR(CheckForward(cols));
+  if (io.size() != layers_.size()) {
+    return Status::Error("forward inputs for " + std::to_string(io.size()) +
+                         " layers, layout has " + std::to_string(layers_.size()));
+  }
+  ForgetLastForward();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    AttentionCache* a = dynamic_cast<AttentionCache*>(layers_[i].get());
+    if (a) {
+      Status s = a->Append(cols, io[i].k, io[i].v);
+      // CheckForward accepted these columns: a refusal here is a broken
+      // invariant, not a user error.
+      if (!s.ok()) return Status::Error("internal: layers out of lockstep: " + s.message());
+    }
+  }
+  const std::vector<int32_t> next = positions();
+  // One mask per distinct window, shared by every layer of that window.
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const AttentionCache* a = attention(i);
+    if (!a) continue;
+    const KvView view = a->View();
+    int found = -1;
+    for (size_t m = 0; m < masks_.size(); ++m) {
+      if (masks_[m].window == a->window()) found = static_cast<int>(m);
+    }
+    if (found < 0) {
+      masks_.push_back(BuildMask(cols, next, a->window(), view.slot_pos,
+                                 view.slot_stride, view.slots));
+      found = static_cast<int>(masks_.size() - 1);
+    }
+#ifndef NDEBUG
+    // Layers sharing a mask must hold the same slot positions (lockstep).
+    const Mask& shared = masks_[found];
+    for (int r = 0; r < rows_; ++r) {
+      if (view.slots != shared.slots ||
+          std::memcmp(view.slot_pos + r * view.slot_stride,
+                      shared.slot_pos + r * shared.slot_stride,
+                      sizeof(int32_t) * static_cast<size_t>(view.slots)) != 0) {
+        return Status::Error("internal: " + LayerName(configs_[i], i) +
+                             " is out of lockstep with its mask");
+      }
+    }
+#endif
+    mask_of_layer_[i] = found;
+    if (io[i].out && io[i].q) {
+      Attend(io[i].q, configs_[i].QueryHeads(), view, masks_[found], io[i].out);
+    }
+  }
+  if (armed_) {
+    verified_ = true;
+    verify_real_.resize(static_cast<size_t>(rows_));
+    for (int r = 0; r < rows_; ++r) verify_real_[r] = cols.Real(r);
+  }
+  bypass_bound_.clear();
+  if (!cols.decode) {
+    for (int r = 0; r < rows_; ++r) bypass_bound_.push_back(cols.Real(r));
+  }
+  return Status::Ok();
+}
+
+Status Layout::Trim(int32_t n, bool bypass) {
+  if (armed_) return Status::Error("trim is refused while a round is armed");
+  if (n < 0) return Status::Error("trim of a negative count");
+  if (bypass) {
+    if (bypass_bound_.empty()) {
+      return Status::Error("trim bypass is only valid right after a window");
+    }
+    for (int r = 0; r < rows_; ++r) {
+      if (bypass_bound_[r] < n) {
+        return Status::Error("trim " + std::to_string(n) + " bypass: row " +
+                             std::to_string(r) + " has only " +
+                             std::to_string(bypass_bound_[r]) +
+                             " real tokens in the last window");
+      }
+    }
+  }
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!bypass && !layers_[i]->isTrimmable()) {
+      return Status::Error(LayerName(configs_[i], i) + " (" + layers_[i]->kind() +
+                           ") is not trimmable");
+    }
+    Status s = layers_[i]->CheckTrim(n, bypass);
+    if (!s.ok()) return Status::Error(LayerName(configs_[i], i) + ": " + s.message());
+  }
+  ForgetLastForward();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Status s = layers_[i]->trim(n, bypass);
+    if (!s.ok()) return Status::Error("internal: layers out of lockstep: " + s.message());
+  }
+  bypass_bound_.clear();
+  return Status::Ok();
+}
+
+Status Layout::Arm() {
+  if (armed_) return Status::Error("a round is already armed");
+  armed_ = true;
+  verified_ = false;
+  verify_real_.clear();
+  bypass_bound_.clear();
+  return Status::Ok();
+}
+
+Status Layout::Accept(const std::vector<int32_t>& keep) {
+  if (!armed_) return Status::Error("accept without an armed round");
+  if (!verified_) return Status::Error("accept before the round's verify forward");
+  if (keep.size() != 1 && keep.size() != static_cast<size_t>(rows_)) {
+    return Status::Error("accept takes one count or one per row (" +
+                         std::to_string(rows_) + "), got " + std::to_string(keep.size()));
+  }
+  std::vector<int32_t> drop(static_cast<size_t>(rows_));
+  for (int r = 0; r < rows_; ++r) {
+    const int32_t k = keep.size() == 1 ? keep[0] : keep[r];
+    if (k < 0 || k > verify_real_[r]) {
+      return Status::Error("accept " + std::to_string(k) + ": row " + std::to_string(r) +
+                           " has " + std::to_string(verify_real_[r]) +
+                           " real tokens in the verify forward");
+    }
+    drop[r] = verify_real_[r] - k;
+  }
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const AttentionCache* a = attention(i);
+    if (!a) continue;
+    Status s = a->CheckDropTips(drop);
+    if (!s.ok()) return Status::Error(LayerName(configs_[i], i) + ": " + s.message());
+  }
+  ForgetLastForward();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    AttentionCache* a = dynamic_cast<AttentionCache*>(layers_[i].get());
+    if (!a) continue;
+    Status s = a->DropTips(drop);
+    if (!s.ok()) return Status::Error("internal: layers out of lockstep: " + s.message());
+  }
+  armed_ = false;
+  verified_ = false;
+  verify_real_.clear();
+  bypass_bound_.clear();
+  return Status::Ok();
+}
+
+const Mask* Layout::LastMask(size_t layer) const {
+  const int m = mask_of_layer_[layer];
+  return m < 0 ? nullptr : &masks_[m];
+}
+
+uint64_t Layout::StateHash() const {
+  Hasher h;
+  h.Value(rows_);
+  for (const auto& layer : layers_) layer->HashState(&h);
+  h.Vector(bypass_bound_);
+  h.Value(armed_);
+  h.Value(verified_);
+  h.Vector(verify_real_);
+  return h.value();
+}
+
+}  // namespace kvspec

@@ -1,0 +1,115 @@
+// A model's caches, one per layer, driven together.
+//
+// The layout builds each layer's cache (the batched variant when rows > 1),
+// runs forwards across every layer, builds the masks once per forward and
+// per distinct window and hands each layer the one of its window, runs
+// speculative rounds, and makes every operation all-or-nothing: a refused
+// operation returns an error and leaves every layer bit-identical.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/attention.h"
+#include "core/cache.h"
+#include "core/kv_cache.h"
+#include "core/mask.h"
+#include "core/status.h"
+
+namespace kvspec {
+
+enum class LayerType { kKv, kRotating, kSsm };
+
+struct LayerConfig {
+  std::string name;
+  LayerType type = LayerType::kKv;
+  // Attention layers.
+  int heads = 1;            // KV heads
+  int q_heads = 0;          // query heads, a multiple of heads; 0: = heads
+  int dim = 4;
+  int32_t window = kNoWindow;
+  int32_t capacity = 0;     // rotating: ring capacity (>= window)
+  // Recurrent layers.
+  int kheads = 0;
+  int dk = 4;
+  int dv = 4;
+  int conv = 4;
+
+  int QueryHeads() const { return q_heads ? q_heads : heads; }
+};
+
+// One attention layer's inputs and outputs for a forward of L columns.
+struct AttentionIO {
+  const float* q = nullptr;  // [rows][L][q_heads][dim]
+  const float* k = nullptr;  // [rows][L][heads][dim]
+  const float* v = nullptr;  // [rows][L][heads][dim]
+  float* out = nullptr;      // [rows][L][q_heads][dim]; may be null (append only)
+};
+
+class Layout {
+ public:
+  static Status Create(int rows, std::vector<LayerConfig> layers,
+                       std::unique_ptr<Layout>* out);
+  // An explicit deep copy (round state and last masks' windows included).
+  std::unique_ptr<Layout> Copy() const;
+
+  int rows() const { return rows_; }
+  size_t size() const { return layers_.size(); }
+  const LayerConfig& config(size_t layer) const { return configs_[layer]; }
+  const Cache& cache(size_t layer) const { return *layers_[layer]; }
+  // The layer as an attention cache, or null for a recurrent layer.
+  const AttentionCache* attention(size_t layer) const;
+
+  std::vector<int32_t> positions() const { return layers_[0]->positions(); }
+  int64_t columns() const { return layers_[0]->columns(); }
+  size_t allocatedBytes() const;
+  // Storage bytes if a forward of `columns` columns were appended now.
+  size_t BytesAfterForward(int32_t columns) const;
+
+  // One forward: append to every layer, build masks, attend. io has one
+  // entry per layer (entries of recurrent layers are ignored here).
+  Status CheckForward(const ForwardColumns& cols) const;
+  Status Forward(const ForwardColumns& cols, const std::vector<AttentionIO>& io);
+
+  Status Trim(int32_t n, bool bypass);
+
+  // Speculative rounds: Arm, one verify forward, then Accept with one keep
+  // count for every row or one per row.
+  Status Arm();
+  Status Accept(const std::vector<int32_t>& keep);
+  bool armed() const { return armed_; }
+  bool verified() const { return verified_; }
+
+  // The mask layer `layer` read in the last forward; null when there was
+  // none since the last change. Valid until the next operation.
+  const Mask* LastMask(size_t layer) const;
+
+  // Every byte of state, for "refused operations change nothing" checks.
+  uint64_t StateHash() const;
+
+ private:
+  Layout() = default;
+  void ForgetLastForward();
+
+  int rows_ = 0;
+  std::vector<LayerConfig> configs_;
+  std::vector<std::unique_ptr<Cache>> layers_;
+
+  // Masks of the last forward, one per distinct window, and which one each
+  // layer read (-1: none).
+  std::vector<Mask> masks_;
+  std::vector<int> mask_of_layer_;
+
+  // Real tokens per row of the last change when it was a window (the bound
+  // of a bypass trim); empty otherwise.
+  std::vector<int32_t> bypass_bound_;
+
+  bool armed_ = false;
+  bool verified_ = false;
+  std::vector<int32_t> verify_real_;  // real tokens per row of the verify forward
+};
+
+}  // namespace kvspec

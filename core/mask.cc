@@ -1,0 +1,34 @@
+#include "core/mask.h"
+
+#include <algorithm>
+
+namespace kvspec {
+
+Mask BuildMask(const ForwardColumns& cols, const std::vector<int32_t>& next,
+               int32_t window, const int32_t* slot_pos, size_t slot_stride,
+               int32_t slots) {
+  Mask m;
+  m.window = window;
+  m.rows = static_cast<int>(next.size());
+  m.queries = cols.columns;
+  m.slot_pos = slot_pos;
+  m.slot_stride = slot_stride;
+  m.slots = slots;
+  const size_t n = static_cast<size_t>(m.rows) * m.queries;
+  m.query_pos.assign(n, -1);
+  m.lo.assign(n, 1);  // lo > hi: sees nothing
+  m.hi.assign(n, 0);
+  for (int r = 0; r < m.rows; ++r) {
+    const int32_t first = next[r] - cols.Real(r);
+    for (int32_t i = cols.left[r]; i < cols.columns - cols.right[r]; ++i) {
+      const size_t rq = static_cast<size_t>(r) * m.queries + i;
+      const int32_t p = first + (i - cols.left[r]);
+      m.query_pos[rq] = p;
+      m.hi[rq] = p;
+      m.lo[rq] = window == kNoWindow ? 0 : std::max(0, p - window + 1);
+    }
+  }
+  return m;
+}
+
+}  // namespace kvspec

@@ -1,0 +1,671 @@
+#include "core/trace_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "core/values.h"
+
+namespace kvspec::trace {
+
+// ---------------------------------------------------------------------------
+// Tags and contents
+
+bool Tag::operator<(const Tag& o) const {
+  if (kind != o.kind) return kind < o.kind;  // tokens first, then pad, zero, junk
+  return pos != o.pos ? pos < o.pos : id < o.id;
+}
+
+std::string Tag::ToString() const {
+  switch (kind) {
+    case kPad: return "pad";
+    case kZero: return "zero";
+    case kJunk: return "junk";
+    case kToken: break;
+  }
+  return pos == id ? std::to_string(pos) : std::to_string(pos) + ":" + std::to_string(id);
+}
+
+void ContentIndex::AttentionToken(int layer, int32_t id, int32_t pos, int heads,
+                                  int dim, float* q, float* k, float* v) {
+  ValueStream stream(TokenSeed(static_cast<uint64_t>(layer), static_cast<uint64_t>(id),
+                               static_cast<uint64_t>(pos)));
+  const size_t n = static_cast<size_t>(heads) * dim;
+  stream.Fill(q, n);
+  stream.Fill(k, n);
+  stream.Fill(v, n);
+}
+
+float ContentIndex::PadValue() {
+  const uint32_t bits = 0x7FC0DEADu;  // a quiet NaN with a recognisable payload
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+uint64_t ContentIndex::HashKv(int layer, const float* k, const float* v, size_t count) {
+  Hasher h;
+  h.Value(layer);
+  h.Bytes(k, count * sizeof(float));
+  h.Bytes(v, count * sizeof(float));
+  return h.value();
+}
+
+void ContentIndex::Remember(int layer, int32_t id, int32_t pos, const float* k,
+                            const float* v, size_t count) {
+  Tag t;
+  t.kind = Tag::kToken;
+  t.pos = pos;
+  t.id = id;
+  tags_.emplace(HashKv(layer, k, v, count), t);
+}
+
+Tag ContentIndex::Recover(int layer, const KvView& view, int row, int32_t slot) const {
+  const size_t dim = static_cast<size_t>(view.dim);
+  const size_t count = dim * view.kv_heads;
+  std::vector<float> k(count), v(count);
+  for (int h = 0; h < view.kv_heads; ++h) {
+    std::memcpy(&k[h * dim], view.Key(row, h, slot), dim * sizeof(float));
+    std::memcpy(&v[h * dim], view.Value(row, h, slot), dim * sizeof(float));
+  }
+  Tag t;
+  auto all_bits = [&](uint32_t bits) {
+    for (size_t i = 0; i < count; ++i) {
+      uint32_t a, b;
+      std::memcpy(&a, &k[i], 4);
+      std::memcpy(&b, &v[i], 4);
+      if (a != bits || b != bits) return false;
+    }
+    return true;
+  };
+  uint32_t pad_bits;
+  const float pad = PadValue();
+  std::memcpy(&pad_bits, &pad, 4);
+  if (all_bits(0)) {
+    t.kind = Tag::kZero;
+  } else if (all_bits(pad_bits)) {
+    t.kind = Tag::kPad;
+  } else {
+    auto it = tags_.find(HashKv(layer, k.data(), v.data(), count));
+    if (it != tags_.end()) {
+      t = it->second;
+    } else {
+      t.kind = Tag::kJunk;
+    }
+  }
+  return t;
+}
+
+// ---------------------------------------------------------------------------
+namespace {
+
+using QueryKey = std::tuple<int, int, int32_t>;  // layer, row, pos
+
+struct LastForward {
+  bool valid = false;
+  std::map<QueryKey, std::vector<Tag>> sees;
+  std::map<QueryKey, std::vector<float>> outs;
+};
+
+struct NamedLayout {
+  std::unique_ptr<Layout> layout;
+  LastForward last;
+};
+
+// The outcome of one statement.
+struct Outcome {
+  int code = 0;  // 0 done, 1 refused, 2 limit exceeded
+  std::string message;
+  static Outcome Refused(std::string m) { return {1, std::move(m)}; }
+  static Outcome Limit(std::string m) { return {2, std::move(m)}; }
+};
+
+std::string FormatValue(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", static_cast<double>(v));
+  return buf;
+}
+
+std::string JoinTags(const std::vector<Tag>& tags) {
+  std::string s;
+  for (const Tag& t : tags) {
+    s += ' ';
+    s += t.ToString();
+  }
+  return s;
+}
+
+std::string JoinInts(const std::vector<int32_t>& v, char sep = ',') {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += sep;
+    s += std::to_string(v[i]);
+  }
+  return s;
+}
+
+LayerConfig ToConfig(const LayerDecl& d) {
+  LayerConfig c;
+  c.name = d.name;
+  c.type = d.kind == LayerKind::kKv ? LayerType::kKv
+           : d.kind == LayerKind::kRotating ? LayerType::kRotating
+                                            : LayerType::kSsm;
+  c.heads = d.heads;
+  c.dim = d.dim;
+  c.window = d.window;
+  c.capacity = d.capacity;
+  c.kheads = d.kheads;
+  c.dk = d.dk;
+  c.dv = d.dv;
+  c.conv = d.conv;
+  return c;
+}
+
+class Runner {
+ public:
+  Runner(const Program& program, const RunOptions& options, std::ostream& out,
+         std::ostream& err)
+      : p_(program), opt_(options), out_(out), err_(err) {
+    if (opt_.emit) {
+      // Expectations the run regenerates are dropped from the echo.
+      for (const Statement& st : p_.body) {
+        if (st.op == Op::kExpectSees || st.op == Op::kExpectPositions ||
+            (opt_.values && st.op == Op::kExpectOut)) {
+          drop_lines_.insert(st.line);
+        }
+      }
+    }
+  }
+
+  int Run() {
+    std::vector<LayerConfig> configs;
+    for (const LayerDecl& d : p_.layers) configs.push_back(ToConfig(d));
+    std::unique_ptr<Layout> layout;
+    Status s = Layout::Create(p_.rows, configs, &layout);
+    if (!s.ok()) {
+      int line = p_.header_end_line;
+      for (const LayerDecl& d : p_.layers) {
+        if (s.message().find("'" + d.name + "'") != std::string::npos) line = d.line;
+      }
+      Refusal(line, s.message());
+      return Finish(line);
+    }
+    layouts_["main"].layout = std::move(layout);
+    current_ = "main";
+    for (const Statement& st : p_.body) {
+      Outcome o = Execute(st);
+      if (o.code == 2) {
+        err_ << p_.file << ":" << st.line << ":1: " << o.message << "\n";
+        status_ = 2;
+        return Finish(st.line);
+      }
+      if (o.code == 1) {
+        Refusal(st.line, o.message);
+        return Finish(st.line);
+      }
+    }
+    return Finish(static_cast<int>(p_.lines.size()));
+  }
+
+ private:
+  Layout& Cur() { return *layouts_[current_].layout; }
+  LastForward& Last() { return layouts_[current_].last; }
+
+  void Refusal(int line, const std::string& message) {
+    err_ << p_.file << ":" << line << ": error: " << message << "\n";
+    status_ = std::max(status_, 1);
+  }
+  void Failed(const Statement& st, const std::string& expected, const std::string& got) {
+    err_ << p_.file << ":" << st.line << ": expected " << expected << " got " << got << "\n";
+    status_ = std::max(status_, 1);
+  }
+
+  // Writes the emitted trace (lines up to `last_line`) when emitting.
+  int Finish(int last_line) {
+    if (opt_.emit) {
+      for (int line = 1; line <= last_line && line <= static_cast<int>(p_.lines.size()); ++line) {
+        if (!drop_lines_.count(line)) out_ << p_.lines[line - 1] << "\n";
+        auto it = emit_after_.find(line);
+        if (it != emit_after_.end()) {
+          for (const std::string& s : it->second) out_ << s << "\n";
+        }
+      }
+    }
+    return status_;
+  }
+
+  // Normal output, or nothing while emitting.
+  void Print(const std::string& line) {
+    if (!opt_.emit) out_ << line << "\n";
+  }
+  void EmitAfter(const Statement& st, std::string line) {
+    if (opt_.emit && top_level_) emit_after_[st.line].push_back(std::move(line));
+  }
+
+  Outcome Execute(const Statement& st) {
+    switch (st.op) {
+      case Op::kWindow:
+      case Op::kDecode:
+        return Forward(st);
+      case Op::kTrim: {
+        Status s = Cur().Trim(st.count, st.bypass);
+        if (!s.ok()) return Outcome::Refused(s.message());
+        EmitPositions(st);
+        return {};
+      }
+      case Op::kArm: {
+        Status s = Cur().Arm();
+        if (!s.ok()) return Outcome::Refused(s.message());
+        return {};
+      }
+      case Op::kAccept: {
+        Status s = Cur().Accept(st.keep);
+        if (!s.ok()) return Outcome::Refused(s.message());
+        EmitPositions(st);
+        return {};
+      }
+      case Op::kFork: {
+        if (layouts_.count(st.name)) {
+          return Outcome::Refused("fork: a layout named '" + st.name + "' exists");
+        }
+        NamedLayout copy;
+        copy.layout = Cur().Copy();
+        copy.last = Last();
+        layouts_[st.name] = std::move(copy);
+        return {};
+      }
+      case Op::kUse: {
+        if (!layouts_.count(st.name)) {
+          return Outcome::Refused("use: no layout named '" + st.name + "'");
+        }
+        current_ = st.name;
+        return {};
+      }
+      case Op::kJoin:
+        return Outcome::Refused("join is not supported yet");
+      case Op::kFilter:
+        return Outcome::Refused("filter is not supported yet");
+      case Op::kExtract:
+        return Outcome::Refused("extract is not supported yet");
+      case Op::kReload:
+        return Outcome::Refused("reload is not supported yet");
+      case Op::kExpectSees:
+        return ExpectSees(st);
+      case Op::kExpectOut:
+        return ExpectOut(st);
+      case Op::kExpectPositions:
+        return ExpectPositions(st);
+      case Op::kExpectError:
+        return ExpectError(st);
+      case Op::kExpectEqual:
+        return ExpectEqual(st);
+      case Op::kExpectTrimmable: {
+        const bool got = Cur().cache(st.layer).isTrimmable();
+        if (got != st.yes) {
+          Failed(st, "trimmable " + p_.layers[st.layer].name + " " + (st.yes ? "yes" : "no"),
+                 got ? "yes" : "no");
+        }
+        return {};
+      }
+      case Op::kExpectKind: {
+        const std::string got = Cur().cache(st.layer).kind();
+        if (got != st.kind_string) {
+          Failed(st, "kind " + p_.layers[st.layer].name + " " + st.kind_string, got);
+        }
+        return {};
+      }
+      case Op::kExpectBytesPerToken: {
+        const int64_t got = static_cast<int64_t>(Cur().cache(st.layer).bytesPerToken());
+        if (got != st.bytes) {
+          Failed(st, "bytes_per_token " + p_.layers[st.layer].name + " " +
+                         std::to_string(st.bytes),
+                 std::to_string(got));
+        }
+        return {};
+      }
+    }
+    return Outcome::Refused("unknown statement");
+  }
+
+  void EmitPositions(const Statement& st) {
+    EmitAfter(st, "expect positions " + JoinInts(Cur().positions()));
+  }
+
+  Outcome Forward(const Statement& st) {
+    Layout& layout = Cur();
+    const int rows = layout.rows();
+    const bool decode = st.op == Op::kDecode;
+    ForwardColumns cols = ForwardColumns::Dense(rows, decode ? 1 : st.columns, decode);
+    if (st.has_left) {
+      if (st.left.size() != static_cast<size_t>(rows)) {
+        return Outcome::Refused("left= has " + std::to_string(st.left.size()) +
+                                " values for " + std::to_string(rows) + " rows");
+      }
+      cols.left = st.left;
+    }
+    if (st.has_right) {
+      if (st.right.size() != static_cast<size_t>(rows)) {
+        return Outcome::Refused("right= has " + std::to_string(st.right.size()) +
+                                " values for " + std::to_string(rows) + " rows");
+      }
+      cols.right = st.right;
+    }
+    Status check = layout.CheckForward(cols);
+    if (!check.ok()) return Outcome::Refused(check.message());
+    const std::vector<int32_t> before = layout.positions();
+    // Ids of each row's real tokens.
+    std::vector<std::vector<int32_t>> ids(static_cast<size_t>(rows));
+    for (int r = 0; r < rows; ++r) {
+      const int32_t real = cols.Real(r);
+      if (st.has_ids) {
+        if (st.ids.size() != static_cast<size_t>(rows)) {
+          return Outcome::Refused("ids= has " + std::to_string(st.ids.size()) +
+                                  " groups for " + std::to_string(rows) + " rows");
+        }
+        if (st.ids[r].size() != static_cast<size_t>(real)) {
+          return Outcome::Refused("ids= gives row " + std::to_string(r) + " " +
+                                  std::to_string(st.ids[r].size()) + " ids for " +
+                                  std::to_string(real) + " real tokens");
+        }
+        ids[r] = st.ids[r];
+      } else {
+        for (int32_t j = 0; j < real; ++j) ids[r].push_back(before[r] + j);
+      }
+      if (static_cast<int64_t>(before[r]) + real > kMaxTokensPerRow) {
+        return Outcome::Limit("row " + std::to_string(r) + " would exceed " +
+                              std::to_string(kMaxTokensPerRow) + " tokens");
+      }
+    }
+    size_t others = 0;
+    for (const auto& [name, named] : layouts_) {
+      if (name != current_) others += named.layout->allocatedBytes();
+    }
+    if (others + layout.BytesAfterForward(cols.columns) > opt_.max_bytes) {
+      return Outcome::Limit("storage would exceed the limit of " +
+                            std::to_string(opt_.max_bytes >> 20) + " MiB");
+    }
+
+    // Contents: q, k, v per attention layer, [rows][L][heads][dim].
+    const size_t L = static_cast<size_t>(cols.columns);
+    const size_t nl = layout.size();
+    std::vector<std::vector<float>> q(nl), k(nl), v(nl), o(nl);
+    std::vector<AttentionIO> io(nl);
+    for (size_t l = 0; l < nl; ++l) {
+      const LayerDecl& d = p_.layers[l];
+      if (d.kind == LayerKind::kSsm) continue;
+      const size_t hd = static_cast<size_t>(d.heads) * d.dim;
+      const size_t n = static_cast<size_t>(rows) * L * hd;
+      q[l].assign(n, ContentIndex::PadValue());
+      k[l].assign(n, ContentIndex::PadValue());
+      v[l].assign(n, ContentIndex::PadValue());
+      o[l].assign(n, 0.0f);
+      for (int r = 0; r < rows; ++r) {
+        for (int32_t j = 0; j < cols.Real(r); ++j) {
+          const size_t at = (r * L + static_cast<size_t>(cols.left[r] + j)) * hd;
+          ContentIndex::AttentionToken(static_cast<int>(l), ids[r][j], before[r] + j,
+                                       d.heads, d.dim, &q[l][at], &k[l][at], &v[l][at]);
+        }
+      }
+      io[l] = AttentionIO{q[l].data(), k[l].data(), v[l].data(), o[l].data()};
+    }
+    Status s = layout.Forward(cols, io);
+    if (!s.ok()) return Outcome::Refused(s.message());
+
+    // Remember what was written, then read back what every query saw.
+    for (size_t l = 0; l < nl; ++l) {
+      const LayerDecl& d = p_.layers[l];
+      if (d.kind == LayerKind::kSsm) continue;
+      const size_t hd = static_cast<size_t>(d.heads) * d.dim;
+      for (int r = 0; r < rows; ++r) {
+        for (int32_t j = 0; j < cols.Real(r); ++j) {
+          const size_t at = (r * L + static_cast<size_t>(cols.left[r] + j)) * hd;
+          index_.Remember(static_cast<int>(l), ids[r][j], before[r] + j, &k[l][at],
+                          &v[l][at], hd);
+        }
+      }
+    }
+    LastForward last;
+    last.valid = true;
+    std::vector<std::string> sees_lines, out_lines;
+    for (size_t l = 0; l < nl; ++l) {
+      const LayerDecl& d = p_.layers[l];
+      const AttentionCache* cache = layout.attention(l);
+      if (!cache) continue;
+      const Mask* mask = layout.LastMask(l);
+      const KvView view = cache->View();
+      const size_t hd = static_cast<size_t>(d.heads) * d.dim;
+      for (int r = 0; r < rows; ++r) {
+        for (int32_t j = 0; j < cols.Real(r); ++j) {
+          const int32_t col = cols.left[r] + j;
+          const int32_t pos = before[r] + j;
+          std::vector<Tag> seen;
+          for (int32_t slot = 0; slot < mask->slots; ++slot) {
+            if (mask->Admits(r, col, slot)) {
+              seen.push_back(index_.Recover(static_cast<int>(l), view, r, slot));
+            }
+          }
+          std::sort(seen.begin(), seen.end());
+          const std::string head = d.name + " r" + std::to_string(r) + " p" +
+                                   std::to_string(pos) + ":";
+          sees_lines.push_back("sees " + head + JoinTags(seen));
+          const float* ov = &o[l][(r * L + static_cast<size_t>(col)) * hd];
+          std::vector<float> values(ov, ov + hd);
+          std::string line = "out " + head;
+          for (float x : values) line += " " + FormatValue(x);
+          out_lines.push_back(line);
+          last.sees[QueryKey{static_cast<int>(l), r, pos}] = std::move(seen);
+          last.outs[QueryKey{static_cast<int>(l), r, pos}] = std::move(values);
+        }
+      }
+    }
+    Last() = std::move(last);
+    for (const std::string& line : sees_lines) {
+      Print(line);
+      EmitAfter(st, "expect " + line);
+    }
+    if (opt_.values) {
+      for (const std::string& line : out_lines) {
+        Print(line);
+        EmitAfter(st, "expect " + line);
+      }
+    }
+    EmitPositions(st);
+    return {};
+  }
+
+  Outcome ExpectSees(const Statement& st) {
+    const std::string what = "sees " + p_.layers[st.layer].name + " r" +
+                             std::to_string(st.row) + " p" + std::to_string(st.pos) + ":";
+    std::vector<Tag> want;
+    for (const SeenItem& item : st.items) {
+      Tag t;
+      t.pos = item.pos;
+      t.id = item.id;
+      want.push_back(t);
+    }
+    std::sort(want.begin(), want.end());
+    const LastForward& last = Last();
+    auto it = last.sees.find(QueryKey{st.layer, st.row, st.pos});
+    if (!last.valid || it == last.sees.end()) {
+      Failed(st, what + JoinTags(want), "no such query in the last forward");
+    } else if (it->second != want) {
+      Failed(st, what + JoinTags(want), JoinTags(it->second).substr(it->second.empty() ? 0 : 1));
+    }
+    return {};
+  }
+
+  Outcome ExpectOut(const Statement& st) {
+    const std::string what = "out " + p_.layers[st.layer].name + " r" +
+                             std::to_string(st.row) + " p" + std::to_string(st.pos) + ":";
+    std::string want_text;
+    for (double x : st.values) want_text += " " + FormatValue(static_cast<float>(x));
+    const LastForward& last = Last();
+    auto it = last.outs.find(QueryKey{st.layer, st.row, st.pos});
+    if (!last.valid || it == last.outs.end()) {
+      Failed(st, what + want_text, "no such query in the last forward");
+      return {};
+    }
+    const std::vector<float>& got = it->second;
+    bool ok = got.size() == st.values.size();
+    for (size_t i = 0; ok && i < got.size(); ++i) {
+      const double ref = st.values[i];
+      ok = std::fabs(static_cast<double>(got[i]) - ref) <= 1e-4 * (1.0 + std::fabs(ref));
+    }
+    if (!ok) {
+      std::string got_text;
+      for (float x : got) got_text += " " + FormatValue(x);
+      Failed(st, what + want_text, got_text.substr(1));
+    }
+    return {};
+  }
+
+  Outcome ExpectPositions(const Statement& st) {
+    const std::vector<int32_t> got = Cur().positions();
+    if (st.positions.size() != got.size()) {
+      return Outcome::Refused("expect positions lists " + std::to_string(st.positions.size()) +
+                              " values for " + std::to_string(got.size()) + " rows");
+    }
+    if (got != st.positions) {
+      Failed(st, "positions " + JoinInts(st.positions), JoinInts(got));
+    }
+    return {};
+  }
+
+  Outcome ExpectError(const Statement& st) {
+    const uint64_t before = Cur().StateHash();
+    const std::string before_name = current_;
+    const size_t before_count = layouts_.size();
+    const bool was_top = top_level_;
+    top_level_ = false;
+    Outcome o = Execute(*st.inner);
+    top_level_ = was_top;
+    if (o.code == 2) return o;
+    if (o.code == 0) {
+      Failed(st, "an error", "none");
+      return {};
+    }
+    if (current_ != before_name || layouts_.size() != before_count ||
+        Cur().StateHash() != before) {
+      Failed(st, "the layout unchanged after the refusal (" + o.message + ")", "a change");
+    }
+    return {};
+  }
+
+  Outcome ExpectEqual(const Statement& st) {
+    auto it = layouts_.find(st.name);
+    if (it == layouts_.end()) {
+      return Outcome::Refused("expect equal: no layout named '" + st.name + "'");
+    }
+    std::string diff = Difference(Cur(), *it->second.layout);
+    if (!diff.empty()) Failed(st, "equal " + st.name, diff);
+    return {};
+  }
+
+  // The first observable difference between two layouts, or "".
+  static std::string Difference(const Layout& a, const Layout& b) {
+    if (a.rows() != b.rows()) {
+      return "rows " + std::to_string(a.rows()) + " vs " + std::to_string(b.rows());
+    }
+    if (a.positions() != b.positions()) {
+      return "positions " + JoinInts(a.positions()) + " vs " + JoinInts(b.positions());
+    }
+    for (size_t l = 0; l < a.size(); ++l) {
+      const AttentionCache* ca = a.attention(l);
+      const AttentionCache* cb = b.attention(l);
+      if (!ca || !cb) continue;
+      const KvView va = ca->View(), vb = cb->View();
+      const size_t dim = static_cast<size_t>(va.dim);
+      for (int r = 0; r < a.rows(); ++r) {
+        const std::vector<int32_t> sa = ca->LogicalSlots(r), sb = cb->LogicalSlots(r);
+        size_t keep = sa.size();
+        if (ca->window() != kNoWindow && IsRotatingCache(ca->kind())) {
+          keep = std::min(keep, static_cast<size_t>(ca->window() - 1));
+        }
+        for (size_t i = sa.size() - keep; i < sa.size(); ++i) {
+          bool same = va.slot_pos[r * va.slot_stride + sa[i]] ==
+                      vb.slot_pos[r * vb.slot_stride + sb[i]];
+          for (int h = 0; same && h < va.kv_heads; ++h) {
+            same = std::memcmp(va.Key(r, h, sa[i]), vb.Key(r, h, sb[i]), dim * 4) == 0 &&
+                   std::memcmp(va.Value(r, h, sa[i]), vb.Value(r, h, sb[i]), dim * 4) == 0;
+          }
+          if (!same) {
+            return "layer " + a.config(l).name + " row " + std::to_string(r) +
+                   " token " + std::to_string(i) + " differs";
+          }
+        }
+      }
+    }
+    return "";
+  }
+
+  const Program& p_;
+  RunOptions opt_;
+  std::ostream& out_;
+  std::ostream& err_;
+  std::map<std::string, NamedLayout> layouts_;
+  std::string current_;
+  ContentIndex index_;
+  int status_ = 0;
+  bool top_level_ = true;
+  std::set<int> drop_lines_;
+  std::map<int, std::vector<std::string>> emit_after_;
+};
+
+}  // namespace
+
+int RunProgram(const Program& program, const RunOptions& options, std::ostream& out,
+               std::ostream& err) {
+  Runner runner(program, options, out, err);
+  return runner.Run();
+}
+
+int RunTraceText(std::string_view text, std::string_view name, const RunOptions& options,
+                 std::ostream& out, std::ostream& err) {
+  Program program;
+  SyntaxError error;
+  if (!ParseTrace(text, name, &program, &error)) {
+    err << error.ToString() << "\n";
+    return 2;
+  }
+  RunOptions effective = options;
+  for (const Statement& st : program.body) {
+    if (st.op == Op::kExpectOut) effective.values = true;
+  }
+  return RunProgram(program, effective, out, err);
+}
+
+int RunTraceFile(const std::string& path, const RunOptions& options, std::ostream& out,
+                 std::ostream& err) {
+  constexpr size_t kMaxFileBytes = size_t{64} << 20;
+  std::string text;
+  if (path == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      err << path << ":1:1: cannot open file\n";
+      return 2;
+    }
+    char buf[1 << 16];
+    while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
+      text.append(buf, static_cast<size_t>(in.gcount()));
+      if (text.size() > kMaxFileBytes) break;
+    }
+  }
+  if (text.size() > kMaxFileBytes) {
+    err << path << ":1:1: file larger than " << (kMaxFileBytes >> 20) << " MiB\n";
+    return 2;
+  }
+  return RunTraceText(text, path == "-" ? std::string_view("<stdin>") : path, options, out, err);
+}
+
+}  // namespace kvspec::trace

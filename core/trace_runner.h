@@ -1,0 +1,85 @@
+// Runs a parsed trace (../shared/TRACE.md) against the real core: layouts,
+// caches, masks and kernels, with token contents drawn as the "Values"
+// section specifies.
+//
+// Visible sets are recovered from bytes: for every slot the layout's mask
+// admits, the runner reads the key and value bytes stored there and looks
+// them up among the contents written so far (ContentIndex). A stale,
+// misplaced, zero or padding slot that is admitted shows up as what it
+// holds (`pad`, `zero`, `junk`, or its real tag).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/kv_cache.h"
+#include "core/layout.h"
+#include "core/trace_program.h"
+
+namespace kvspec::trace {
+
+// What a stored slot holds, as recovered from its bytes.
+struct Tag {
+  enum Kind { kToken, kPad, kZero, kJunk };
+  Kind kind = kToken;
+  int32_t pos = 0;
+  int32_t id = 0;
+  bool operator==(const Tag& o) const {
+    return kind == o.kind && (kind != kToken || (pos == o.pos && id == o.id));
+  }
+  bool operator<(const Tag& o) const;
+  // "pos", "pos:id", "pad", "zero" or "junk"
+  std::string ToString() const;
+};
+
+// Token contents of attention layers and the index that recovers tags from
+// stored bytes.
+class ContentIndex {
+ public:
+  // q, k, v of token (layer, id, pos): heads * dim floats each.
+  static void AttentionToken(int layer, int32_t id, int32_t pos, int heads,
+                             int dim, float* q, float* k, float* v);
+  // The bit pattern the runner stores in pad columns (a quiet NaN).
+  static float PadValue();
+
+  // Remembers that (layer, id, pos) was written with these k/v contents.
+  void Remember(int layer, int32_t id, int32_t pos, const float* k,
+                const float* v, size_t count);
+  // What slot `slot` of row `row` holds in layer `layer`'s storage.
+  Tag Recover(int layer, const KvView& view, int row, int32_t slot) const;
+
+ private:
+  static uint64_t HashKv(int layer, const float* k, const float* v, size_t count);
+  std::unordered_map<uint64_t, Tag> tags_;
+};
+
+struct RunOptions {
+  bool values = false;  // print `out` lines
+  bool emit = false;    // print the trace back with expectations filled in
+  // Storage budget over all layouts; a trace needing more is stopped like
+  // a limit violation (exit 2).
+  size_t max_bytes = size_t{4} << 30;
+};
+
+// Runs one parsed program. Normal output (sees/out/state lines, or the
+// emitted trace) goes to `out`; errors and failed expectations to `err`.
+// Returns the exit status: 0 all expectations met, 1 a refusal or a failed
+// expectation, 2 a limit exceeded while running.
+int RunProgram(const Program& program, const RunOptions& options,
+               std::ostream& out, std::ostream& err);
+
+// Reads, parses and runs one file ("-" for standard input). Exit status as
+// above; 2 for an unreadable file or a syntax error.
+int RunTraceFile(const std::string& path, const RunOptions& options,
+                 std::ostream& out, std::ostream& err);
+
+// Parses and runs `text` as if read from file `name`.
+int RunTraceText(std::string_view text, std::string_view name,
+                 const RunOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace kvspec::trace
