@@ -1,0 +1,633 @@
+// Stateful properties of KV caches driven through a Layout, against a plain
+// model of ../shared/TRACE.md's rules.
+//
+// Every command is one trace statement; a shrunk failure prints as a trace
+// (the RC_LOG header plus the commands) and RapidCheck prints the
+// RC_PARAMS="reproduce=..." string that reruns exactly that case.
+//
+// After every forward, for every attention layer, row and real query:
+// - window causality: the slots the mask admits hold exactly the model's
+//   visible set (tags recovered from the stored bytes, not bookkeeping);
+// - padding invisibility, neighbour independence and chunking invariance:
+//   the output equals, bit for bit, attention over a fresh single-row cache
+//   holding only that row's real tokens written as one window (pad columns
+//   of the layout hold NaN, infinities and garbage);
+// - the Highway kernel agrees with the scalar reference within
+//   kAttentionTolerance.
+// Refused operations must be refused exactly when the model says so and
+// leave the layout bit-identical.
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+#include <rapidcheck/state.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/attention.h"
+#include "core/kv_cache.h"
+#include "core/layout.h"
+#include "core/mask.h"
+#include "core/trace_runner.h"
+#include "core/values.h"
+
+namespace kvspec {
+namespace trace {
+// RapidCheck prints a recovered tag as the trace does.
+void showValue(const Tag& t, std::ostream& os) { os << t.ToString(); }
+}  // namespace trace
+
+namespace {
+
+using trace::ContentIndex;
+using trace::Tag;
+
+// ---------------------------------------------------------------------------
+// Configuration and token contents.
+
+struct LayerShape {
+  int heads = 1;
+  int group = 1;  // query heads per KV head
+  int dim = 4;
+  int32_t window = kNoWindow;
+  int QueryHeads() const { return heads * group; }
+};
+
+struct Config {
+  int rows = 1;
+  std::vector<LayerShape> layers;
+
+  std::string Header() const {
+    std::ostringstream s;
+    s << "trace 1\nrows " << rows << "\n";
+    for (size_t l = 0; l < layers.size(); ++l) {
+      s << "layer l" << l << " kv heads=" << layers[l].heads << " dim=" << layers[l].dim;
+      if (layers[l].window != kNoWindow) s << " window=" << layers[l].window;
+      if (layers[l].group != 1) s << "   # query heads " << layers[l].QueryHeads();
+      s << "\n";
+    }
+    return s.str();
+  }
+};
+
+// RapidCheck prints a generated Config as the trace header it stands for.
+void showValue(const Config& c, std::ostream& os) { os << c.Header(); }
+
+rc::Gen<Config> GenConfig() {
+  return rc::gen::exec([] {
+    Config c;
+    c.rows = *rc::gen::inRange(1, 5);
+    const int layers = *rc::gen::inRange(1, 4);
+    for (int l = 0; l < layers; ++l) {
+      LayerShape s;
+      s.heads = *rc::gen::inRange(1, 4);
+      s.group = *rc::gen::inRange(1, 3);
+      s.dim = *rc::gen::inRange(1, 21);
+      s.window = *rc::gen::inRange(0, 5) < 2 ? kNoWindow : *rc::gen::inRange<int32_t>(1, 9);
+      c.layers.push_back(s);
+    }
+    return c;
+  });
+}
+
+// q (query heads), k and v (KV heads) of token (layer, id, pos).
+void TokenContent(const LayerShape& s, int layer, int32_t id, int32_t pos, float* q,
+                  float* k, float* v) {
+  std::vector<float> unused(static_cast<size_t>(s.heads) * s.dim);
+  ContentIndex::AttentionToken(layer, id, pos, s.heads, s.dim, unused.data(), k, v);
+  ValueStream qs(TokenSeed(static_cast<uint64_t>(layer), static_cast<uint64_t>(id),
+                           static_cast<uint64_t>(pos)) ^ 0x5151);
+  qs.Fill(q, static_cast<size_t>(s.QueryHeads()) * s.dim);
+}
+
+// Garbage for pad columns: NaN, infinities, huge values, random bits.
+float Garbage(uint64_t seed, size_t i) {
+  const uint64_t u = Mix(seed + i * 0x9E3779B97F4A7C15ull);
+  switch (u % 5) {
+    case 0: return std::numeric_limits<float>::quiet_NaN();
+    case 1: return (u & 8) ? std::numeric_limits<float>::infinity()
+                           : -std::numeric_limits<float>::infinity();
+    case 2: return 3.0e38f;
+    case 3: return ContentIndex::PadValue();
+    default: {
+      const uint32_t bits = static_cast<uint32_t>(u >> 32);
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The model.
+
+struct Entry {
+  bool pad = true;
+  int32_t pos = -1;
+  int32_t id = -1;
+};
+
+struct Model {
+  Config cfg;
+  std::vector<std::vector<Entry>> cols;  // [row][column]
+  bool armed = false;
+  bool verified = false;
+  std::vector<int32_t> verify_real;
+  std::vector<int32_t> bypass_bound;  // non-empty: the last change was a window
+
+  int32_t Next(int r) const {
+    int32_t n = 0;
+    for (const Entry& e : cols[r]) n += e.pad ? 0 : 1;
+    return n;
+  }
+  std::vector<int32_t> Positions() const {
+    std::vector<int32_t> p;
+    for (int r = 0; r < cfg.rows; ++r) p.push_back(Next(r));
+    return p;
+  }
+  // Row r's real tokens, in order.
+  std::vector<Entry> Tokens(int r) const {
+    std::vector<Entry> t;
+    for (const Entry& e : cols[r]) {
+      if (!e.pad) t.push_back(e);
+    }
+    return t;
+  }
+  // Removes row r's last n real tokens (pads after them stay).
+  void RemoveLastReal(int r, int32_t n) {
+    for (int64_t c = static_cast<int64_t>(cols[r].size()) - 1; c >= 0 && n > 0; --c) {
+      if (!cols[r][c].pad) {
+        cols[r].erase(cols[r].begin() + c);
+        --n;
+      }
+    }
+  }
+};
+
+struct Sut {
+  Config cfg;
+  std::unique_ptr<Layout> layout;
+  ContentIndex index;
+};
+
+std::string Join(const std::vector<int32_t>& v, char sep = ',') {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += sep;
+    s += std::to_string(v[i]);
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Checks after a forward.
+
+// Attention over a fresh single-row cache holding only row r's real tokens
+// (written as one window), for the queries at `positions`.
+std::vector<float> CleanOutputs(const Model& m, int layer, int r,
+                                const std::vector<int32_t>& positions) {
+  if (positions.empty()) return {};
+  const LayerShape& s = m.cfg.layers[layer];
+  const std::vector<Entry> tokens = m.Tokens(r);
+  const size_t hd = static_cast<size_t>(s.heads) * s.dim;
+  const size_t qd = static_cast<size_t>(s.QueryHeads()) * s.dim;
+  const size_t n = tokens.size();
+  std::vector<float> q(n * qd), k(n * hd), v(n * hd);
+  for (size_t j = 0; j < n; ++j) {
+    TokenContent(s, layer, tokens[j].id, tokens[j].pos, &q[j * qd], &k[j * hd], &v[j * hd]);
+  }
+  KvCache clean(s.heads, s.dim, s.window);
+  RC_ASSERT(clean.Append(ForwardColumns::Dense(1, static_cast<int32_t>(n)), k.data(), v.data())
+                .ok());
+  const KvView view = clean.View();
+  Mask mask;
+  mask.window = s.window;
+  mask.rows = 1;
+  mask.queries = static_cast<int32_t>(positions.size());
+  mask.slot_pos = view.slot_pos;
+  mask.slot_stride = view.slot_stride;
+  mask.slots = view.slots;
+  std::vector<float> qs;
+  for (int32_t p : positions) {
+    mask.query_pos.push_back(p);
+    mask.hi.push_back(p);
+    mask.lo.push_back(s.window == kNoWindow ? 0 : std::max(0, p - s.window + 1));
+    qs.insert(qs.end(), &q[static_cast<size_t>(p) * qd], &q[static_cast<size_t>(p) * qd] + qd);
+  }
+  std::vector<float> out(positions.size() * qd);
+  Attend(qs.data(), s.QueryHeads(), view, mask, out.data());
+  return out;
+}
+
+bool SameBits(const float* a, const float* b, size_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+// ---------------------------------------------------------------------------
+// Commands.
+
+using Command = rc::state::Command<Model, Sut>;
+
+// A forward: `window L left= right= ids=` or `decode ids=`.
+struct ForwardCmd : Command {
+  bool decode = false;
+  ForwardColumns cols;
+  std::vector<std::vector<int32_t>> ids;
+  uint64_t pad_seed = 0;
+
+  ForwardCmd() = default;
+  ForwardCmd(const Model& m, bool is_decode) : decode(is_decode) {
+    const int rows = m.cfg.rows;
+    const int32_t L = decode ? 1 : *rc::gen::inRange<int32_t>(1, 7);
+    cols = ForwardColumns::Dense(rows, L, decode);
+    const bool explicit_ids = *rc::gen::inRange(0, 3) == 0;
+    for (int r = 0; r < rows && !decode; ++r) {
+      // Left padding mostly where allowed; sometimes where it is refused.
+      const bool may_left = m.Next(r) == 0 || *rc::gen::inRange(0, 12) == 0;
+      cols.left[r] = may_left ? *rc::gen::inRange<int32_t>(0, L + 1) : 0;
+      cols.right[r] = *rc::gen::inRange<int32_t>(0, L - cols.left[r] + 1);
+    }
+    ids.resize(static_cast<size_t>(rows));
+    const std::vector<int32_t> next = m.Positions();
+    for (int r = 0; r < rows; ++r) {
+      for (int32_t j = 0; j < cols.Real(r); ++j) {
+        ids[r].push_back(explicit_ids ? *rc::gen::inRange<int32_t>(0, 1000) : next[r] + j);
+      }
+    }
+    pad_seed = *rc::gen::arbitrary<uint64_t>();
+  }
+
+  bool Refused(const Model& m) const {
+    if (m.armed && m.verified) return true;
+    for (int r = 0; r < m.cfg.rows; ++r) {
+      if (cols.left[r] > 0 && m.Next(r) > 0) return true;
+    }
+    return false;
+  }
+
+  void apply(Model& m) const override {
+    if (Refused(m)) return;
+    for (int r = 0; r < m.cfg.rows; ++r) {
+      const int32_t next = m.Next(r);
+      for (int32_t i = 0; i < cols.columns; ++i) {
+        Entry e;
+        const int32_t j = i - cols.left[r];
+        if (j >= 0 && j < cols.Real(r)) {
+          e.pad = false;
+          e.pos = next + j;
+          e.id = ids[r][j];
+        }
+        m.cols[r].push_back(e);
+      }
+    }
+    if (m.armed) {
+      m.verified = true;
+      m.verify_real.clear();
+      for (int r = 0; r < m.cfg.rows; ++r) m.verify_real.push_back(cols.Real(r));
+    }
+    m.bypass_bound.clear();
+    if (!decode) {
+      for (int r = 0; r < m.cfg.rows; ++r) m.bypass_bound.push_back(cols.Real(r));
+    }
+  }
+
+  void run(const Model& m, Sut& sut) const override {
+    Layout& layout = *sut.layout;
+    const int rows = m.cfg.rows;
+    const size_t L = static_cast<size_t>(cols.columns);
+    const std::vector<int32_t> next = m.Positions();
+    const size_t nl = m.cfg.layers.size();
+    std::vector<std::vector<float>> q(nl), k(nl), v(nl), o(nl), ref(nl);
+    std::vector<AttentionIO> io(nl);
+    for (size_t l = 0; l < nl; ++l) {
+      const LayerShape& s = m.cfg.layers[l];
+      const size_t hd = static_cast<size_t>(s.heads) * s.dim;
+      const size_t qd = static_cast<size_t>(s.QueryHeads()) * s.dim;
+      q[l].resize(rows * L * qd);
+      k[l].resize(rows * L * hd);
+      v[l].resize(rows * L * hd);
+      for (size_t i = 0; i < q[l].size(); ++i) q[l][i] = Garbage(pad_seed ^ (l << 8), i);
+      for (size_t i = 0; i < k[l].size(); ++i) {
+        k[l][i] = Garbage(pad_seed ^ (l << 8) ^ 1, i);
+        v[l][i] = Garbage(pad_seed ^ (l << 8) ^ 2, i);
+      }
+      for (int r = 0; r < rows; ++r) {
+        for (int32_t j = 0; j < cols.Real(r); ++j) {
+          const size_t c = r * L + static_cast<size_t>(cols.left[r] + j);
+          TokenContent(s, static_cast<int>(l), ids[r][j], next[r] + j, &q[l][c * qd],
+                       &k[l][c * hd], &v[l][c * hd]);
+        }
+      }
+      o[l].assign(rows * L * qd, 0.0f);
+      io[l] = AttentionIO{q[l].data(), k[l].data(), v[l].data(), o[l].data()};
+    }
+    const uint64_t before = layout.StateHash();
+    const Status s = layout.Forward(cols, io);
+    RC_ASSERT(s.ok() == !Refused(m));
+    if (!s.ok()) {
+      RC_ASSERT(layout.StateHash() == before);
+      return;
+    }
+    Model after = m;
+    apply(after);
+    RC_ASSERT(layout.positions() == after.Positions());
+    for (size_t l = 0; l < nl; ++l) {
+      const LayerShape& shape = m.cfg.layers[l];
+      const size_t hd = static_cast<size_t>(shape.heads) * shape.dim;
+      const size_t qd = static_cast<size_t>(shape.QueryHeads()) * shape.dim;
+      for (int r = 0; r < rows; ++r) {
+        for (int32_t j = 0; j < cols.Real(r); ++j) {
+          const size_t c = r * L + static_cast<size_t>(cols.left[r] + j);
+          sut.index.Remember(static_cast<int>(l), ids[r][j], next[r] + j, &k[l][c * hd],
+                             &v[l][c * hd], hd);
+        }
+      }
+      const Mask* mask = layout.LastMask(l);
+      RC_ASSERT(mask != nullptr);
+      const KvView view = layout.attention(l)->View();
+      // Layers with the same window share one mask; all stay in lockstep.
+      for (size_t l2 = 0; l2 < l; ++l2) {
+        if (m.cfg.layers[l2].window == shape.window) RC_ASSERT(layout.LastMask(l2) == mask);
+        const KvView other = layout.attention(l2)->View();
+        RC_ASSERT(other.slots == view.slots);
+        for (int r = 0; r < rows; ++r) {
+          RC_ASSERT(std::memcmp(other.slot_pos + r * other.slot_stride,
+                                view.slot_pos + r * view.slot_stride,
+                                sizeof(int32_t) * static_cast<size_t>(view.slots)) == 0);
+        }
+      }
+      ref[l].assign(o[l].size(), 0.0f);
+      AttendReference(q[l].data(), shape.QueryHeads(), view, *mask, ref[l].data());
+      for (int r = 0; r < rows; ++r) {
+        std::vector<int32_t> positions;
+        for (int32_t j = 0; j < cols.Real(r); ++j) positions.push_back(next[r] + j);
+        const std::vector<float> clean = CleanOutputs(after, static_cast<int>(l), r, positions);
+        for (int32_t j = 0; j < cols.Real(r); ++j) {
+          const int32_t col = cols.left[r] + j;
+          const int32_t p = next[r] + j;
+          // Window causality, from the bytes in the admitted slots.
+          std::vector<Tag> seen, want;
+          for (int32_t slot = 0; slot < mask->slots; ++slot) {
+            if (mask->Admits(r, col, slot)) {
+              seen.push_back(sut.index.Recover(static_cast<int>(l), view, r, slot));
+            }
+          }
+          const int32_t lo = shape.window == kNoWindow ? 0 : std::max(0, p - shape.window + 1);
+          for (const Entry& e : after.Tokens(r)) {
+            if (e.pos >= lo && e.pos <= p) want.push_back(Tag{Tag::kToken, e.pos, e.id});
+          }
+          std::sort(seen.begin(), seen.end());
+          RC_ASSERT(seen == want);
+          // Bit-identical to a clean single-row cache.
+          const float* got = &o[l][(r * L + static_cast<size_t>(col)) * qd];
+          RC_ASSERT(SameBits(got, &clean[static_cast<size_t>(j) * qd], qd));
+          // Highway against the scalar reference.
+          const float* want_ref = &ref[l][(r * L + static_cast<size_t>(col)) * qd];
+          for (size_t i = 0; i < qd; ++i) {
+            RC_ASSERT(std::isfinite(got[i]));
+            RC_ASSERT(std::fabs(got[i] - want_ref[i]) <=
+                      kAttentionTolerance * (1.0f + std::fabs(want_ref[i])));
+          }
+        }
+      }
+    }
+  }
+
+  void show(std::ostream& os) const override {
+    if (decode) {
+      os << "decode ids=";
+      for (size_t r = 0; r < ids.size(); ++r) os << (r ? "/" : "") << Join(ids[r]);
+      return;
+    }
+    os << "window " << cols.columns << " left=" << Join(cols.left)
+       << " right=" << Join(cols.right) << " ids=";
+    for (size_t r = 0; r < ids.size(); ++r) os << (r ? "/" : "") << Join(ids[r]);
+  }
+};
+
+struct WindowCmd : ForwardCmd {
+  explicit WindowCmd(const Model& m) : ForwardCmd(m, false) {}
+};
+struct DecodeCmd : ForwardCmd {
+  explicit DecodeCmd(const Model& m) : ForwardCmd(m, true) {}
+};
+
+struct TrimCmd : Command {
+  int32_t n = 0;
+  bool bypass = false;
+  explicit TrimCmd(const Model& m) {
+    const std::vector<int32_t> p = m.Positions();
+    const int32_t most = *std::max_element(p.begin(), p.end());
+    n = *rc::gen::inRange<int32_t>(0, most + 2);
+    bypass = *rc::gen::arbitrary<bool>();
+  }
+  bool Refused(const Model& m) const {
+    if (m.armed) return true;
+    for (int r = 0; r < m.cfg.rows; ++r) {
+      if (m.Next(r) < n) return true;
+      if (bypass && (m.bypass_bound.empty() || m.bypass_bound[r] < n)) return true;
+    }
+    return false;
+  }
+  void apply(Model& m) const override {
+    if (Refused(m)) return;
+    for (int r = 0; r < m.cfg.rows; ++r) m.RemoveLastReal(r, n);
+    m.bypass_bound.clear();
+  }
+  void run(const Model& m, Sut& sut) const override {
+    const uint64_t before = sut.layout->StateHash();
+    const Status s = sut.layout->Trim(n, bypass);
+    RC_ASSERT(s.ok() == !Refused(m));
+    if (!s.ok()) {
+      RC_ASSERT(!s.message().empty());
+      RC_ASSERT(sut.layout->StateHash() == before);
+    }
+    Model after = m;
+    apply(after);
+    RC_ASSERT(sut.layout->positions() == after.Positions());
+    for (size_t l = 0; l < m.cfg.layers.size(); ++l) {
+      RC_ASSERT(sut.layout->cache(l).isTrimmable());
+    }
+  }
+  void show(std::ostream& os) const override { os << "trim " << n << (bypass ? " bypass" : ""); }
+};
+
+struct ArmCmd : Command {
+  explicit ArmCmd(const Model&) {}
+  void apply(Model& m) const override {
+    if (m.armed) return;
+    m.armed = true;
+    m.verified = false;
+    m.bypass_bound.clear();
+  }
+  void run(const Model& m, Sut& sut) const override {
+    const uint64_t before = sut.layout->StateHash();
+    const Status s = sut.layout->Arm();
+    RC_ASSERT(s.ok() == !m.armed);
+    if (!s.ok()) RC_ASSERT(sut.layout->StateHash() == before);
+  }
+  void show(std::ostream& os) const override { os << "arm"; }
+};
+
+struct AcceptCmd : Command {
+  std::vector<int32_t> keep;
+  explicit AcceptCmd(const Model& m) {
+    const bool per_row = m.cfg.rows > 1 && *rc::gen::arbitrary<bool>();
+    const int count = per_row ? m.cfg.rows : 1;
+    for (int r = 0; r < count; ++r) {
+      const int32_t real = m.verified ? m.verify_real[r] : 2;
+      keep.push_back(*rc::gen::inRange<int32_t>(0, real + 2));
+    }
+  }
+  int32_t Keep(int r) const { return keep.size() == 1 ? keep[0] : keep[r]; }
+  bool Refused(const Model& m) const {
+    if (!m.armed || !m.verified) return true;
+    for (int r = 0; r < m.cfg.rows; ++r) {
+      if (Keep(r) > m.verify_real[r]) return true;
+    }
+    return false;
+  }
+  void apply(Model& m) const override {
+    if (Refused(m)) return;
+    std::vector<int32_t> drop;
+    for (int r = 0; r < m.cfg.rows; ++r) drop.push_back(m.verify_real[r] - Keep(r));
+    const int32_t common = *std::min_element(drop.begin(), drop.end());
+    for (int r = 0; r < m.cfg.rows; ++r) {
+      m.RemoveLastReal(r, common);
+      int32_t extra = drop[r] - common;
+      for (int64_t c = static_cast<int64_t>(m.cols[r].size()) - 1; c >= 0 && extra > 0; --c) {
+        if (!m.cols[r][c].pad) {
+          m.cols[r][c] = Entry{};
+          --extra;
+        }
+      }
+    }
+    m.armed = false;
+    m.verified = false;
+    m.bypass_bound.clear();
+  }
+  void run(const Model& m, Sut& sut) const override {
+    const uint64_t before = sut.layout->StateHash();
+    const Status s = sut.layout->Accept(keep);
+    RC_ASSERT(s.ok() == !Refused(m));
+    if (!s.ok()) RC_ASSERT(sut.layout->StateHash() == before);
+    Model after = m;
+    apply(after);
+    RC_ASSERT(sut.layout->positions() == after.Positions());
+    RC_ASSERT(sut.layout->armed() == after.armed);
+  }
+  void show(std::ostream& os) const override { os << "accept " << Join(keep); }
+};
+
+std::unique_ptr<Layout> BuildLayout(const Config& c) {
+  std::vector<LayerConfig> layers;
+  for (size_t l = 0; l < c.layers.size(); ++l) {
+    LayerConfig lc;
+    lc.name = "l" + std::to_string(l);
+    lc.heads = c.layers[l].heads;
+    lc.q_heads = c.layers[l].QueryHeads();
+    lc.dim = c.layers[l].dim;
+    lc.window = c.layers[l].window;
+    layers.push_back(lc);
+  }
+  std::unique_ptr<Layout> layout;
+  RC_ASSERT(Layout::Create(c.rows, layers, &layout).ok());
+  return layout;
+}
+
+RC_GTEST_PROP(LayoutProps, KvOperationSequencesMatchTheModel, ()) {
+  const Config cfg = *GenConfig();
+  RC_LOG() << cfg.Header();
+  Model model;
+  model.cfg = cfg;
+  model.cols.resize(static_cast<size_t>(cfg.rows));
+  Sut sut;
+  sut.cfg = cfg;
+  sut.layout = BuildLayout(cfg);
+  rc::state::check(model, sut,
+                   rc::state::gen::execOneOfWithArgs<WindowCmd, WindowCmd, DecodeCmd, TrimCmd,
+                                                     ArmCmd, AcceptCmd>());
+}
+
+// A prefill split into any sequence of windows gives the same visible sets
+// and the same outputs, bit for bit, as one window.
+RC_GTEST_PROP(LayoutProps, ChunkingInvariance, ()) {
+  Config cfg = *GenConfig();
+  cfg.rows = 1;
+  const int32_t total = *rc::gen::inRange<int32_t>(1, 40);
+  std::vector<int32_t> chunks;
+  for (int32_t left = total; left > 0;) {
+    const int32_t c = *rc::gen::inRange<int32_t>(1, left + 1);
+    chunks.push_back(c);
+    left -= c;
+  }
+  RC_LOG() << cfg.Header() << "chunks " << Join(chunks);
+  auto run = [&](const std::vector<int32_t>& split) {
+    std::unique_ptr<Layout> layout = BuildLayout(cfg);
+    std::vector<std::vector<float>> outs(cfg.layers.size());
+    int32_t done = 0;
+    for (int32_t c : split) {
+      const size_t nl = cfg.layers.size();
+      std::vector<std::vector<float>> q(nl), k(nl), v(nl), o(nl);
+      std::vector<AttentionIO> io(nl);
+      for (size_t l = 0; l < nl; ++l) {
+        const LayerShape& s = cfg.layers[l];
+        const size_t hd = static_cast<size_t>(s.heads) * s.dim;
+        const size_t qd = static_cast<size_t>(s.QueryHeads()) * s.dim;
+        q[l].resize(c * qd);
+        k[l].resize(c * hd);
+        v[l].resize(c * hd);
+        o[l].resize(c * qd);
+        for (int32_t j = 0; j < c; ++j) {
+          TokenContent(s, static_cast<int>(l), done + j, done + j, &q[l][j * qd], &k[l][j * hd],
+                       &v[l][j * hd]);
+        }
+        io[l] = AttentionIO{q[l].data(), k[l].data(), v[l].data(), o[l].data()};
+      }
+      RC_ASSERT(layout->Forward(ForwardColumns::Dense(1, c), io).ok());
+      for (size_t l = 0; l < nl; ++l) outs[l].insert(outs[l].end(), o[l].begin(), o[l].end());
+      done += c;
+    }
+    return outs;
+  };
+  const auto chunked = run(chunks);
+  const auto whole = run({total});
+  for (size_t l = 0; l < cfg.layers.size(); ++l) {
+    RC_ASSERT(chunked[l].size() == whole[l].size());
+    RC_ASSERT(SameBits(chunked[l].data(), whole[l].data(), whole[l].size()));
+  }
+}
+
+// RoPE offsets: static when rows agree, per row otherwise; a captured array
+// is a value that later updates never change.
+RC_GTEST_PROP(LayoutProps, RopeOffsetIsAValue, ()) {
+  const int rows = *rc::gen::inRange(2, 5);
+  BatchedKvCache cache(rows, 1, 2);
+  std::vector<int32_t> right(static_cast<size_t>(rows));
+  for (auto& r : right) r = *rc::gen::inRange<int32_t>(0, 4);
+  ForwardColumns cols = ForwardColumns::Dense(rows, 4);
+  cols.right = right;
+  std::vector<float> kv(static_cast<size_t>(rows) * 4 * 2, 0.5f);
+  RC_ASSERT(cache.Append(cols, kv.data(), kv.data()).ok());
+  const RopeOffset captured = cache.ropeOffset();
+  const std::vector<int32_t> copy = captured.per_row;
+  bool agree = true;
+  for (int r = 0; r < rows; ++r) {
+    RC_ASSERT(captured.per_row[r] == 4 - right[r]);
+    agree = agree && right[r] == right[0];
+  }
+  RC_ASSERT(captured.is_static == agree);
+  if (agree) RC_ASSERT(captured.value == 4 - right[0]);
+  RC_ASSERT(cache.Append(ForwardColumns::Dense(rows, 1, true), kv.data(), kv.data()).ok());
+  RC_ASSERT(captured.per_row == copy);
+  RC_ASSERT(cache.ropeOffset().per_row[0] == copy[0] + 1);
+}
+
+}  // namespace
+}  // namespace kvspec
