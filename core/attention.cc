@@ -71,7 +71,8 @@ void AttendImpl(const float* HWY_RESTRICT q, int q_heads, const KvView& kv,
   const size_t padded = (static_cast<size_t>(mask.slots) + N) / N * N;
   std::vector<float> scores(static_cast<size_t>(group) * padded);  // [group][slots]
   std::vector<int32_t> admitted(static_cast<size_t>(mask.slots));
-  std::vector<float> acc(static_cast<size_t>(dim));
+  std::vector<float> acc(static_cast<size_t>(group) * dim);  // [group][dim]
+  std::vector<float> sums(static_cast<size_t>(group));
 
   for (int r = 0; r < mask.rows; ++r) {
     const int32_t* pos = mask.slot_pos + r * mask.slot_stride;
@@ -91,24 +92,34 @@ void AttendImpl(const float* HWY_RESTRICT q, int q_heads, const KvView& kv,
             scores[g * padded + j] = Dot(qv, k, dim) * scale;
           }
         }
-        for (int g = 0; g < group; ++g) {
-          float* o = out + (rq * q_heads + kh * group + g) * dim;
-          if (n == 0) {
-            std::memset(o, 0, sizeof(float) * dim);
-            continue;
+        if (n == 0) {
+          for (int g = 0; g < group; ++g) {
+            std::memset(out + (rq * q_heads + kh * group + g) * dim, 0, sizeof(float) * dim);
           }
+          continue;
+        }
+        // Softmax weights per query head, then one pass over the values that
+        // reads each value row once for the whole group.
+        for (int g = 0; g < group; ++g) {
           float* p = &scores[g * padded];
           float max = p[0];
           for (size_t j = 1; j < n; ++j) max = p[j] > max ? p[j] : max;
           ExpShifted(p, n, max);
           float sum = 0.0f;
-          std::fill(acc.begin(), acc.end(), 0.0f);
-          for (size_t j = 0; j < n; ++j) {
-            sum += p[j];
-            AddScaled(p[j], kv.Value(r, kh, admitted[j]), acc.data(), dim);
+          for (size_t j = 0; j < n; ++j) sum += p[j];
+          sums[g] = sum;
+        }
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (size_t j = 0; j < n; ++j) {
+          const float* v = kv.Value(r, kh, admitted[j]);
+          for (int g = 0; g < group; ++g) {
+            AddScaled(scores[g * padded + j], v, &acc[static_cast<size_t>(g) * dim], dim);
           }
-          const float inv = 1.0f / sum;
-          for (int i = 0; i < dim; ++i) o[i] = acc[i] * inv;
+        }
+        for (int g = 0; g < group; ++g) {
+          float* o = out + (rq * q_heads + kh * group + g) * dim;
+          const float* a = &acc[static_cast<size_t>(g) * dim];
+          for (int i = 0; i < dim; ++i) o[i] = a[i] / sums[g];
         }
       }
     }
