@@ -79,8 +79,12 @@ void AttendImpl(const float* HWY_RESTRICT q, int q_heads, const KvView& kv,
     for (int32_t qi = 0; qi < mask.queries; ++qi) {
       const size_t rq = static_cast<size_t>(r) * mask.queries + qi;
       const int32_t lo = mask.lo[rq], hi = mask.hi[rq];
+      // Admitted slots in logical order: first_slot .. end, then 0 .. first_slot.
       size_t n = 0;
-      for (int32_t s = 0; s < mask.slots; ++s) {
+      for (int32_t s = mask.first_slot; s < mask.slots; ++s) {
+        if (pos[s] >= lo && pos[s] <= hi) admitted[n++] = s;
+      }
+      for (int32_t s = 0; s < mask.first_slot; ++s) {
         if (pos[s] >= lo && pos[s] <= hi) admitted[n++] = s;
       }
       for (int kh = 0; kh < kv.kv_heads; ++kh) {
@@ -157,7 +161,8 @@ void AttendReference(const float* q, int q_heads, const KvView& kv,
     for (int32_t qi = 0; qi < mask.queries; ++qi) {
       const size_t rq = static_cast<size_t>(r) * mask.queries + qi;
       size_t n = 0;
-      for (int32_t s = 0; s < mask.slots; ++s) {
+      for (int32_t t = 0; t < mask.slots; ++t) {
+        const int32_t s = (mask.first_slot + t) % mask.slots;
         if (mask.Admits(r, qi, s)) admitted[n++] = s;
       }
       for (int h = 0; h < q_heads; ++h) {

@@ -2,8 +2,9 @@
 //
 // For every row r, query q (a column of the forward) and query head h (KV
 // head h / (q_heads / kv_heads)), over the slots s the mask admits, in
-// physical slot order:
+// logical slot order (see below):
 //   score_s = (q . k_s) / sqrt(dim);  w = softmax(score);  out = sum_s w_s v_s
+// (Logical slot order: mask.first_slot .. slots-1, then 0 .. first_slot-1.)
 // Slots the mask does not admit contribute exactly nothing, whatever they
 // hold (NaN included): they are never read. A query that sees nothing
 // (a pad query) gets zeros.
@@ -12,7 +13,8 @@
 // version, dispatched to the best target once per call. Both accumulate
 // over the admitted slots in slot order with per-slot arithmetic that does
 // not depend on where a slot sits, so a row's output does not depend on its
-// padding or its batch neighbours (bit for bit, on one target).
+// padding, its batch neighbours or a ring's phase (bit for bit, on one
+// target).
 //
 // Tolerance (tested in properties/attention_props.cc on every target):
 // |Attend - AttendReference| <= kAttentionTolerance * (1 + |reference|).

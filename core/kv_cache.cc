@@ -35,77 +35,118 @@ Status CheckForwardColumns(const ForwardColumns& cols,
   return Status::Ok();
 }
 
-KvCacheBase::KvCacheBase(int rows, int kv_heads, int dim, int32_t window)
+ColumnStore::ColumnStore(int rows, int kv_heads, int dim, int32_t window,
+                         int32_t ring_capacity)
     : rows_(rows), kv_heads_(kv_heads), dim_(dim), window_(window),
-      next_(static_cast<size_t>(rows), 0) {}
+      ring_capacity_(ring_capacity), next_(static_cast<size_t>(rows), 0) {}
 
-size_t KvCacheBase::bytesPerToken() const {
+size_t ColumnStore::bytesPerToken() const {
   return static_cast<size_t>(kv_heads_) * (2 * static_cast<size_t>(dim_)) * sizeof(float);
 }
 
-size_t KvCacheBase::allocatedBytes() const {
+size_t ColumnStore::allocatedBytes() const {
   return (k_.size() + v_.size()) * sizeof(float) + slot_pos_.size() * sizeof(int32_t);
 }
 
-size_t KvCacheBase::BytesAfterAppend(int32_t columns) const {
-  const size_t need = static_cast<size_t>(columns_) + static_cast<size_t>(columns);
-  const size_t cap = std::max(need, capacity_);
-  return static_cast<size_t>(rows_) * cap * (bytesPerToken() + sizeof(int32_t));
+bool ColumnStore::isTrimmable() const { return !wrapped(); }
+
+int64_t ColumnStore::ColumnsToKeep() const {
+  if (!wrapped()) return held_;
+  // Every row's last W - 1 real tokens, however many pad columns (prepared
+  // prefill padding, turned-down tips) sit between them.
+  const int32_t need = window_ - 1;
+  int64_t keep = 0;
+  for (int r = 0; r < rows_ && keep < held_; ++r) {
+    const int32_t* pos = &slot_pos_[r * slots_];
+    int32_t found = 0;
+    int64_t c = held_ - 1;
+    for (; c >= 0 && found < need; --c) found += pos[Slot(c)] >= 0 ? 1 : 0;
+    keep = std::max(keep, held_ - 1 - c);
+  }
+  return keep;
 }
 
-void KvCacheBase::Reserve(int64_t columns) {
-  const size_t need = static_cast<size_t>(columns);
-  if (need <= capacity_) return;
-  const size_t cap = std::max<size_t>({need, capacity_ + capacity_ / 2, 16});
+size_t ColumnStore::SlotsAfterAppend(int32_t columns) const {
+  const size_t needed = static_cast<size_t>(ColumnsToKeep()) + static_cast<size_t>(columns);
+  if (ring_capacity_ == 0) {
+    return needed <= slots_ ? slots_ : std::max<size_t>({needed, slots_ + slots_ / 2, 16});
+  }
+  return std::max<size_t>({slots_, needed, static_cast<size_t>(ring_capacity_)});
+}
+
+size_t ColumnStore::BytesAfterAppend(int32_t columns) const {
+  return static_cast<size_t>(rows_) * SlotsAfterAppend(columns) *
+         (bytesPerToken() + sizeof(int32_t));
+}
+
+void ColumnStore::CopyColumn(int row, size_t from_slot, size_t to_slot) {
   const size_t dim = static_cast<size_t>(dim_);
-  std::vector<float> k(static_cast<size_t>(rows_) * kv_heads_ * cap * dim);
+  for (int h = 0; h < kv_heads_; ++h) {
+    const size_t base = (static_cast<size_t>(row) * kv_heads_ + h) * slots_ * dim;
+    std::memcpy(&k_[base + to_slot * dim], &k_[base + from_slot * dim], dim * sizeof(float));
+    std::memcpy(&v_[base + to_slot * dim], &v_[base + from_slot * dim], dim * sizeof(float));
+  }
+  slot_pos_[row * slots_ + to_slot] = slot_pos_[row * slots_ + from_slot];
+}
+
+void ColumnStore::Relayout(size_t slots, int64_t keep) {
+  const size_t dim = static_cast<size_t>(dim_);
+  std::vector<float> k(static_cast<size_t>(rows_) * kv_heads_ * slots * dim);
   std::vector<float> v(k.size());
-  std::vector<int32_t> pos(static_cast<size_t>(rows_) * cap, -1);
-  const size_t used = static_cast<size_t>(columns_) * dim;
+  std::vector<int32_t> pos(static_cast<size_t>(rows_) * slots, -1);
   for (int r = 0; r < rows_; ++r) {
-    for (int h = 0; h < kv_heads_; ++h) {
-      const size_t from = (static_cast<size_t>(r) * kv_heads_ + h) * capacity_ * dim;
-      const size_t to = (static_cast<size_t>(r) * kv_heads_ + h) * cap * dim;
-      if (used) {
-        std::memcpy(&k[to], &k_[from], used * sizeof(float));
-        std::memcpy(&v[to], &v_[from], used * sizeof(float));
+    for (int64_t c = 0; c < keep; ++c) {
+      const size_t from = Slot(held_ - keep + c);
+      for (int h = 0; h < kv_heads_; ++h) {
+        const size_t old_base = (static_cast<size_t>(r) * kv_heads_ + h) * slots_ * dim;
+        const size_t new_base = (static_cast<size_t>(r) * kv_heads_ + h) * slots * dim;
+        std::memcpy(&k[new_base + c * dim], &k_[old_base + from * dim], dim * sizeof(float));
+        std::memcpy(&v[new_base + c * dim], &v_[old_base + from * dim], dim * sizeof(float));
       }
-    }
-    if (columns_) {
-      std::memcpy(&pos[r * cap], &slot_pos_[r * capacity_],
-                  static_cast<size_t>(columns_) * sizeof(int32_t));
+      pos[r * slots + c] = slot_pos_[r * slots_ + from];
     }
   }
   k_.swap(k);
   v_.swap(v);
   slot_pos_.swap(pos);
-  capacity_ = cap;
+  slots_ = slots;
+  first_ = 0;
+  held_ = keep;
 }
 
-Status KvCacheBase::CheckAppend(const ForwardColumns& cols) const {
+Status ColumnStore::CheckAppend(const ForwardColumns& cols) const {
   return CheckForwardColumns(cols, next_);
 }
 
-Status KvCacheBase::Append(const ForwardColumns& cols, const float* k,
-                           const float* v) {
+Status ColumnStore::Append(const ForwardColumns& cols, const float* k, const float* v) {
   KVSPEC_RETURN_IF_ERROR(CheckAppend(cols));
-  Reserve(columns_ + cols.columns);
+  const int64_t keep = ColumnsToKeep();
+  const size_t target = SlotsAfterAppend(cols.columns);
+  if (target != slots_) Relayout(target, keep);
+  // In place: overwriting the oldest held columns never reaches the `keep`
+  // newest ones, because keep + L <= S.
   const size_t dim = static_cast<size_t>(dim_);
   const size_t L = static_cast<size_t>(cols.columns);
-  for (int r = 0; r < rows_; ++r) {
-    for (size_t i = 0; i < L; ++i) {
-      const size_t slot = static_cast<size_t>(columns_) + i;
+  for (size_t i = 0; i < L; ++i) {
+    size_t slot;
+    if (held_ < static_cast<int64_t>(slots_)) {
+      slot = Slot(held_);
+      ++held_;
+    } else {
+      slot = first_;
+      first_ = (first_ + 1) % slots_;
+    }
+    for (int r = 0; r < rows_; ++r) {
       for (int h = 0; h < kv_heads_; ++h) {
-        // Input [rows][L][kv_heads][dim] -> storage [rows][kv_heads][cap][dim].
+        // Input [rows][L][kv_heads][dim] -> storage [rows][kv_heads][S][dim].
         const size_t in = ((r * L + i) * kv_heads_ + h) * dim;
-        const size_t out = ((static_cast<size_t>(r) * kv_heads_ + h) * capacity_ + slot) * dim;
+        const size_t out = ((static_cast<size_t>(r) * kv_heads_ + h) * slots_ + slot) * dim;
         std::memcpy(&k_[out], k + in, dim * sizeof(float));
         std::memcpy(&v_[out], v + in, dim * sizeof(float));
       }
-      const bool real = static_cast<int32_t>(i) >= cols.left[r] &&
-                        static_cast<int32_t>(i) < cols.columns - cols.right[r];
-      slot_pos_[r * capacity_ + slot] =
-          real ? next_[r] + (static_cast<int32_t>(i) - cols.left[r]) : -1;
+      const int32_t col = static_cast<int32_t>(i);
+      const bool real = col >= cols.left[r] && col < cols.columns - cols.right[r];
+      slot_pos_[r * slots_ + slot] = real ? next_[r] + (col - cols.left[r]) : -1;
     }
   }
   last_write_real_.assign(static_cast<size_t>(rows_), 0);
@@ -115,53 +156,50 @@ Status KvCacheBase::Append(const ForwardColumns& cols, const float* k,
   }
   last_write_was_decode_ = cols.decode;
   columns_ += cols.columns;
+  peak_before_write_ = peak_;
+  peak_ = std::max(peak_, columns_);
   return Status::Ok();
 }
 
-void KvCacheBase::Drop(const std::vector<int32_t>& drop) {
+void ColumnStore::Drop(const std::vector<int32_t>& drop) {
   const int32_t common = *std::min_element(drop.begin(), drop.end());
-  const size_t dim = static_cast<size_t>(dim_);
-  std::vector<char> keep(static_cast<size_t>(columns_));
+  std::vector<char> keep(static_cast<size_t>(held_));
   for (int r = 0; r < rows_; ++r) {
-    int32_t* pos = &slot_pos_[r * capacity_];
-    // The last `common` real columns go; everything else shifts down.
+    int32_t* pos = &slot_pos_[r * slots_];
+    // The last `common` real columns go; the rest shift down in logical order.
     int32_t removed = 0;
-    for (int64_t c = columns_ - 1; c >= 0; --c) {
-      keep[c] = !(pos[c] >= 0 && removed < common);
+    for (int64_t c = held_ - 1; c >= 0; --c) {
+      keep[c] = !(pos[Slot(c)] >= 0 && removed < common);
       if (!keep[c]) ++removed;
     }
     int64_t to = 0;
-    for (int64_t c = 0; c < columns_; ++c) {
+    for (int64_t c = 0; c < held_; ++c) {
       if (!keep[c]) continue;
-      if (to != c) {
-        for (int h = 0; h < kv_heads_; ++h) {
-          float* kh = &k_[(static_cast<size_t>(r) * kv_heads_ + h) * capacity_ * dim];
-          float* vh = &v_[(static_cast<size_t>(r) * kv_heads_ + h) * capacity_ * dim];
-          std::memcpy(kh + to * dim, kh + c * dim, dim * sizeof(float));
-          std::memcpy(vh + to * dim, vh + c * dim, dim * sizeof(float));
-        }
-        pos[to] = pos[c];
-      }
+      if (to != c) CopyColumn(r, Slot(c), Slot(to));
       ++to;
     }
-    for (int64_t c = to; c < columns_; ++c) pos[c] = -1;
+    for (int64_t c = to; c < held_; ++c) pos[Slot(c)] = -1;
     // Rows that drop more than the common count turn their remaining
     // rejected tips into padding: they hold no visible token any more.
     int32_t extra = drop[r] - common;
     for (int64_t c = to - 1; c >= 0 && extra > 0; --c) {
-      if (pos[c] >= 0) {
-        pos[c] = -1;
+      if (pos[Slot(c)] >= 0) {
+        pos[Slot(c)] = -1;
         --extra;
       }
     }
     next_[r] -= drop[r];
   }
+  held_ -= common;
   columns_ -= common;
+  // Dropping the tips of the last write leaves the ring as if only the
+  // accepted tokens had been written: wrap state included.
+  if (!last_write_real_.empty()) peak_ = std::max(peak_before_write_, columns_);
   last_write_real_.clear();
   last_write_was_decode_ = false;
 }
 
-Status KvCacheBase::CheckTrim(int32_t n, bool bypass) const {
+Status ColumnStore::CheckTrim(int32_t n, bool bypass) const {
   if (n < 0) return Status::Error("trim of a negative count");
   if (bypass) {
     if (last_write_real_.empty() || last_write_was_decode_) {
@@ -176,7 +214,9 @@ Status KvCacheBase::CheckTrim(int32_t n, bool bypass) const {
       }
     }
   } else if (!isTrimmable()) {
-    return Status::Error("cache is not trimmable");
+    return Status::Error("the ring has wrapped (" + std::to_string(peak_) +
+                         " columns ever held, capacity " + std::to_string(ring_capacity_) +
+                         "): it is not trimmable");
   }
   for (int r = 0; r < rows_; ++r) {
     if (next_[r] < n) {
@@ -187,13 +227,13 @@ Status KvCacheBase::CheckTrim(int32_t n, bool bypass) const {
   return Status::Ok();
 }
 
-Status KvCacheBase::trim(int32_t n, bool bypass) {
+Status ColumnStore::trim(int32_t n, bool bypass) {
   KVSPEC_RETURN_IF_ERROR(CheckTrim(n, bypass));
   Drop(std::vector<int32_t>(static_cast<size_t>(rows_), n));
   return Status::Ok();
 }
 
-Status KvCacheBase::CheckDropTips(const std::vector<int32_t>& drop) const {
+Status ColumnStore::CheckDropTips(const std::vector<int32_t>& drop) const {
   if (drop.size() != static_cast<size_t>(rows_)) {
     return Status::Error("drop list has " + std::to_string(drop.size()) +
                          " values for " + std::to_string(rows_) + " rows");
@@ -212,19 +252,24 @@ Status KvCacheBase::CheckDropTips(const std::vector<int32_t>& drop) const {
   return Status::Ok();
 }
 
-Status KvCacheBase::DropTips(const std::vector<int32_t>& drop) {
+Status ColumnStore::DropTips(const std::vector<int32_t>& drop) {
   KVSPEC_RETURN_IF_ERROR(CheckDropTips(drop));
   Drop(drop);
   return Status::Ok();
 }
 
-void KvCacheBase::HashState(Hasher* hasher) const {
+void ColumnStore::HashState(Hasher* hasher) const {
   hasher->Value(rows_);
   hasher->Value(kv_heads_);
   hasher->Value(dim_);
   hasher->Value(window_);
+  hasher->Value(ring_capacity_);
   hasher->Value(columns_);
-  hasher->Value(static_cast<uint64_t>(capacity_));
+  hasher->Value(peak_);
+  hasher->Value(peak_before_write_);
+  hasher->Value(static_cast<uint64_t>(slots_));
+  hasher->Value(static_cast<uint64_t>(first_));
+  hasher->Value(held_);
   hasher->Vector(k_);
   hasher->Vector(v_);
   hasher->Vector(slot_pos_);
@@ -233,25 +278,27 @@ void KvCacheBase::HashState(Hasher* hasher) const {
   hasher->Value(last_write_was_decode_);
 }
 
-KvView KvCacheBase::View() const {
+KvView ColumnStore::View() const {
   KvView view;
   view.k = k_.data();
   view.v = v_.data();
-  view.head_stride = capacity_ * static_cast<size_t>(dim_);
+  view.head_stride = slots_ * static_cast<size_t>(dim_);
   view.row_stride = view.head_stride * kv_heads_;
   view.rows = rows_;
   view.kv_heads = kv_heads_;
   view.dim = dim_;
   view.slot_pos = slot_pos_.data();
-  view.slot_stride = capacity_;
-  view.slots = static_cast<int32_t>(columns_);
+  view.slot_stride = slots_;
+  view.slots = static_cast<int32_t>(slots_);
+  view.first_slot = static_cast<int32_t>(first_);
   return view;
 }
 
-std::vector<int32_t> KvCacheBase::LogicalSlots(int row) const {
+std::vector<int32_t> ColumnStore::LogicalSlots(int row) const {
   std::vector<int32_t> slots;
-  for (int64_t c = 0; c < columns_; ++c) {
-    if (slot_pos_[row * capacity_ + c] >= 0) slots.push_back(static_cast<int32_t>(c));
+  for (int64_t c = 0; c < held_; ++c) {
+    const size_t s = Slot(c);
+    if (slot_pos_[row * slots_ + s] >= 0) slots.push_back(static_cast<int32_t>(s));
   }
   return slots;
 }

@@ -1,6 +1,7 @@
-// Plain KV caches: KvCache (kind "kv", one row) and BatchedKvCache (kind
-// "batched_kv"). Every column ever written stays (until trimmed); storage
-// grows geometrically.
+// Attention caches. Plain: KvCache (kind "kv", one row) and BatchedKvCache
+// ("batched_kv"), where every column written stays until trimmed. Rings:
+// RotatingCache ("rotating") and BatchedRotatingCache ("batched_rotating"),
+// sliding-window caches of capacity M >= window.
 #pragma once
 
 #include <cstddef>
@@ -26,7 +27,9 @@ struct KvView {
   int dim = 0;
   const int32_t* slot_pos = nullptr;  // [rows][slot_stride]; -1: no token
   size_t slot_stride = 0;
-  int32_t slots = 0;  // slots in use per row
+  int32_t slots = 0;  // physical slots per row
+  int32_t first_slot = 0;  // slot of the oldest held column: logical order
+                           // is first_slot .. slots-1, then 0 .. first_slot-1
 
   const float* Key(int row, int head, int32_t slot) const {
     return k + row * row_stride + head * head_stride + static_cast<size_t>(slot) * dim;
@@ -43,6 +46,9 @@ class AttentionCache : public Cache {
   virtual int headDim() const = 0;
   // The layer's sliding window (kNoWindow: none); decides its mask.
   virtual int32_t window() const = 0;
+  // Ring capacity (0: a plain cache). Layers that agree on window and ring
+  // capacity share one mask, and must stay in lockstep.
+  virtual int32_t ringCapacity() const = 0;
 
   // Appends one forward's columns. k and v: [rows][L][kv_heads][dim],
   // pad columns included (their contents are stored but never visible).
@@ -62,17 +68,27 @@ class AttentionCache : public Cache {
   virtual std::vector<int32_t> LogicalSlots(int row) const = 0;
 };
 
-// Shared implementation of KvCache and BatchedKvCache.
-class KvCacheBase : public AttentionCache {
+// Shared implementation of the plain and ring caches: a per-row store of
+// columns in a physical buffer of S slots used as a ring. The held columns
+// are the most recent ones, in logical order from slot first_ onwards
+// (wrapping). A plain cache (ring_capacity 0) never overwrites: its buffer
+// grows geometrically. A ring of capacity M >= window W overwrites its
+// oldest columns but always keeps what the next forward's earliest query
+// needs: the columns holding every row's last W - 1 real tokens (more than
+// W - 1 columns when pad columns sit between them) plus the whole forward,
+// and every column while it has not wrapped, so that a trim can still drop
+// any of them. Its buffer grows past M only when a write needs more, sized
+// from the physical column count.
+class ColumnStore : public AttentionCache {
  public:
-  KvCacheBase(int rows, int kv_heads, int dim, int32_t window = kNoWindow);
+  ColumnStore(int rows, int kv_heads, int dim, int32_t window, int32_t ring_capacity);
 
   int rows() const override { return rows_; }
   int64_t columns() const override { return columns_; }
   std::vector<int32_t> positions() const override { return next_; }
   size_t bytesPerToken() const override;
   size_t allocatedBytes() const override;
-  bool isTrimmable() const override { return true; }
+  bool isTrimmable() const override;
   Status CheckTrim(int32_t n, bool bypass) const override;
   Status trim(int32_t n, bool bypass = false) override;
   void HashState(Hasher* hasher) const override;
@@ -89,20 +105,40 @@ class KvCacheBase : public AttentionCache {
   KvView View() const override;
   std::vector<int32_t> LogicalSlots(int row) const override;
 
+  // Ring capacity M (0: a plain cache that keeps everything).
+  int32_t ringCapacity() const override { return ring_capacity_; }
+  // Whether the columns held per row have ever exceeded the ring capacity.
+  bool wrapped() const { return ring_capacity_ > 0 && peak_ > ring_capacity_; }
+  // Physical slots of the buffer (S).
+  size_t physicalSlots() const { return slots_; }
+
  protected:
+  // Older columns a write must keep: all while not wrapped, else W - 1.
+  int64_t ColumnsToKeep() const;
+  // Buffer size after appending `columns` columns.
+  size_t SlotsAfterAppend(int32_t columns) const;
+  size_t Slot(int64_t logical) const {  // physical slot of held column `logical`
+    return (first_ + static_cast<size_t>(logical)) % slots_;
+  }
+  // Moves the newest `keep` held columns to slots 0.. of a buffer of `slots`.
+  void Relayout(size_t slots, int64_t keep);
+  void CopyColumn(int row, size_t from_slot, size_t to_slot);
   // Removes row r's last drop[r] real tokens (pads after them shift left).
   void Drop(const std::vector<int32_t>& drop);
-  void Reserve(int64_t columns);
-  size_t Capacity() const { return capacity_; }
 
   int rows_;
   int kv_heads_;
   int dim_;
   int32_t window_;
-  int64_t columns_ = 0;
-  size_t capacity_ = 0;            // columns allocated per row
-  std::vector<float> k_, v_;       // [rows][kv_heads][capacity][dim]
-  std::vector<int32_t> slot_pos_;  // [rows][capacity]; -1: pad
+  int32_t ring_capacity_;
+  int64_t columns_ = 0;            // logical columns per row (pads included)
+  int64_t peak_ = 0;               // most columns ever held (wrap detection)
+  int64_t peak_before_write_ = 0;  // peak_ before the last write
+  size_t slots_ = 0;               // S: physical slots per row
+  size_t first_ = 0;               // slot of the oldest held column
+  int64_t held_ = 0;               // columns physically held (<= S)
+  std::vector<float> k_, v_;       // [rows][kv_heads][S][dim]
+  std::vector<int32_t> slot_pos_;  // [rows][S]; -1: no visible token
   std::vector<int32_t> next_;      // [rows] next position
   // Real tokens per row of the last write (empty after any other change):
   // the bound of DropTips, and of a bypass trim when it was not a decode.
@@ -110,23 +146,43 @@ class KvCacheBase : public AttentionCache {
   bool last_write_was_decode_ = false;
 };
 
-class KvCache final : public WithKind<KvCache, KvCacheBase> {
+class KvCache final : public WithKind<KvCache, ColumnStore> {
  public:
   static constexpr std::string_view kKind = kKindKv;
   explicit KvCache(int kv_heads, int dim, int32_t window = kNoWindow)
-      : WithKind(1, kv_heads, dim, window) {}
+      : WithKind(1, kv_heads, dim, window, 0) {}
   std::unique_ptr<Cache> Copy() const override {
     return std::make_unique<KvCache>(*this);
   }
 };
 
-class BatchedKvCache final : public WithKind<BatchedKvCache, KvCacheBase> {
+class BatchedKvCache final : public WithKind<BatchedKvCache, ColumnStore> {
  public:
   static constexpr std::string_view kKind = kKindBatchedKv;
   BatchedKvCache(int rows, int kv_heads, int dim, int32_t window = kNoWindow)
-      : WithKind(rows, kv_heads, dim, window) {}
+      : WithKind(rows, kv_heads, dim, window, 0) {}
   std::unique_ptr<Cache> Copy() const override {
     return std::make_unique<BatchedKvCache>(*this);
+  }
+};
+
+class RotatingCache final : public WithKind<RotatingCache, ColumnStore> {
+ public:
+  static constexpr std::string_view kKind = kKindRotating;
+  RotatingCache(int kv_heads, int dim, int32_t window, int32_t capacity)
+      : WithKind(1, kv_heads, dim, window, capacity) {}
+  std::unique_ptr<Cache> Copy() const override {
+    return std::make_unique<RotatingCache>(*this);
+  }
+};
+
+class BatchedRotatingCache final : public WithKind<BatchedRotatingCache, ColumnStore> {
+ public:
+  static constexpr std::string_view kKind = kKindBatchedRotating;
+  BatchedRotatingCache(int rows, int kv_heads, int dim, int32_t window, int32_t capacity)
+      : WithKind(rows, kv_heads, dim, window, capacity) {}
+  std::unique_ptr<Cache> Copy() const override {
+    return std::make_unique<BatchedRotatingCache>(*this);
   }
 };
 

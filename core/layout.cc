@@ -38,8 +38,24 @@ Status Layout::Create(int rows, std::vector<LayerConfig> layers,
         }
         break;
       }
-      case LayerType::kRotating:
-        return Status::Error(LayerName(c, i) + ": rotating caches are not supported yet");
+      case LayerType::kRotating: {
+        const int32_t capacity = c.capacity ? c.capacity : c.window;
+        if (c.heads < 1 || c.dim < 1 || c.window < 1 || capacity < c.window ||
+            c.QueryHeads() % c.heads != 0) {
+          return Status::Error(LayerName(c, i) + ": bad ring shape (heads " +
+                               std::to_string(c.heads) + ", dim " + std::to_string(c.dim) +
+                               ", window " + std::to_string(c.window) + ", capacity " +
+                               std::to_string(capacity) + ")");
+        }
+        if (rows == 1) {
+          layout->layers_.push_back(
+              std::make_unique<RotatingCache>(c.heads, c.dim, c.window, capacity));
+        } else {
+          layout->layers_.push_back(std::make_unique<BatchedRotatingCache>(
+              rows, c.heads, c.dim, c.window, capacity));
+        }
+        break;
+      }
       case LayerType::kSsm:
         return Status::Error(LayerName(c, i) + ": ssm caches are not supported yet");
     }
@@ -84,6 +100,7 @@ size_t Layout::BytesAfterForward(int32_t columns) const {
 
 void Layout::ForgetLastForward() {
   masks_.clear();
+  mask_capacity_.clear();
   std::fill(mask_of_layer_.begin(), mask_of_layer_.end(), -1);
 }
 
@@ -125,18 +142,20 @@ Status Layout::Forward(const ForwardColumns& cols, const std::vector<AttentionIO
     const KvView view = a->View();
     int found = -1;
     for (size_t m = 0; m < masks_.size(); ++m) {
-      if (masks_[m].window == a->window()) found = static_cast<int>(m);
+      if (masks_[m].window == a->window() && mask_capacity_[m] == a->ringCapacity()) {
+        found = static_cast<int>(m);
+      }
     }
     if (found < 0) {
-      masks_.push_back(BuildMask(cols, next, a->window(), view.slot_pos,
-                                 view.slot_stride, view.slots));
+      masks_.push_back(BuildMask(cols, next, a->window(), view));
+      mask_capacity_.push_back(a->ringCapacity());
       found = static_cast<int>(masks_.size() - 1);
     }
 #ifndef NDEBUG
     // Layers sharing a mask must hold the same slot positions (lockstep).
     const Mask& shared = masks_[found];
     for (int r = 0; r < rows_; ++r) {
-      if (view.slots != shared.slots ||
+      if (view.slots != shared.slots || view.first_slot != shared.first_slot ||
           std::memcmp(view.slot_pos + r * view.slot_stride,
                       shared.slot_pos + r * shared.slot_stride,
                       sizeof(int32_t) * static_cast<size_t>(view.slots)) != 0) {

@@ -2,7 +2,7 @@
 //
 // The layout builds each layer's cache (the batched variant when rows > 1),
 // runs forwards across every layer, builds the masks once per forward and
-// per distinct window and hands each layer the one of its window, runs
+// per distinct (window, ring capacity) and hands each layer its own, runs
 // speculative rounds, and makes every operation all-or-nothing: a refused
 // operation returns an error and leaves every layer bit-identical.
 #pragma once
@@ -101,6 +101,7 @@ class Layout {
   // Masks of the last forward, one per distinct window, and which one each
   // layer read (-1: none).
   std::vector<Mask> masks_;
+  std::vector<int32_t> mask_capacity_;  // ring capacity of each mask's layers
   std::vector<int> mask_of_layer_;
 
   // Real tokens per row of the last change when it was a window (the bound

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 
+#include "core/kv_cache.h"
+
 namespace kvspec {
 
 Mask BuildMask(const ForwardColumns& cols, const std::vector<int32_t>& next,
                int32_t window, const int32_t* slot_pos, size_t slot_stride,
-               int32_t slots) {
+               int32_t slots, int32_t first_slot) {
   Mask m;
+  m.first_slot = first_slot;
   m.window = window;
   m.rows = static_cast<int>(next.size());
   m.queries = cols.columns;
@@ -29,6 +32,12 @@ Mask BuildMask(const ForwardColumns& cols, const std::vector<int32_t>& next,
     }
   }
   return m;
+}
+
+Mask BuildMask(const ForwardColumns& cols, const std::vector<int32_t>& next,
+               int32_t window, const KvView& view) {
+  return BuildMask(cols, next, window, view.slot_pos, view.slot_stride, view.slots,
+                   view.first_slot);
 }
 
 }  // namespace kvspec

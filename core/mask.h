@@ -27,6 +27,10 @@ struct Mask {
   const int32_t* slot_pos = nullptr;  // [rows][slot_stride], physical order
   size_t slot_stride = 0;
   int32_t slots = 0;             // slots to scan per row
+  // Logical (position) order of the slots: first_slot .. slots-1, then
+  // 0 .. first_slot-1. Kernels accumulate in this order, so a row's output
+  // does not depend on the ring's phase.
+  int32_t first_slot = 0;
   std::vector<int32_t> query_pos;  // [rows][queries], -1: a pad query
   std::vector<int32_t> lo, hi;     // [rows][queries]; empty when lo > hi
 
@@ -43,6 +47,10 @@ struct Mask {
 // positions.
 Mask BuildMask(const ForwardColumns& cols, const std::vector<int32_t>& next,
                int32_t window, const int32_t* slot_pos, size_t slot_stride,
-               int32_t slots);
+               int32_t slots, int32_t first_slot = 0);
+
+// The mask of that forward over a cache's view.
+Mask BuildMask(const ForwardColumns& cols, const std::vector<int32_t>& next,
+               int32_t window, const struct KvView& view);
 
 }  // namespace kvspec

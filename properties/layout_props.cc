@@ -56,7 +56,9 @@ struct LayerShape {
   int group = 1;  // query heads per KV head
   int dim = 4;
   int32_t window = kNoWindow;
+  int32_t capacity = 0;  // > 0: a rotating ring of this capacity (>= window)
   int QueryHeads() const { return heads * group; }
+  bool ring() const { return capacity > 0; }
 };
 
 struct Config {
@@ -67,8 +69,10 @@ struct Config {
     std::ostringstream s;
     s << "trace 1\nrows " << rows << "\n";
     for (size_t l = 0; l < layers.size(); ++l) {
-      s << "layer l" << l << " kv heads=" << layers[l].heads << " dim=" << layers[l].dim;
+      s << "layer l" << l << (layers[l].ring() ? " rotating" : " kv")
+        << " heads=" << layers[l].heads << " dim=" << layers[l].dim;
       if (layers[l].window != kNoWindow) s << " window=" << layers[l].window;
+      if (layers[l].ring()) s << " capacity=" << layers[l].capacity;
       if (layers[l].group != 1) s << "   # query heads " << layers[l].QueryHeads();
       s << "\n";
     }
@@ -89,7 +93,20 @@ rc::Gen<Config> GenConfig() {
       s.heads = *rc::gen::inRange(1, 4);
       s.group = *rc::gen::inRange(1, 3);
       s.dim = *rc::gen::inRange(1, 21);
-      s.window = *rc::gen::inRange(0, 5) < 2 ? kNoWindow : *rc::gen::inRange<int32_t>(1, 9);
+      const int kind = *rc::gen::inRange(0, 5);  // 0-1 plain, 2 windowed plain, 3-4 ring
+      s.window = kind < 2 ? kNoWindow : *rc::gen::inRange<int32_t>(1, 9);
+      if (kind >= 3) {
+        // Rings often share a shape, so that several read one mask.
+        s.capacity = s.window + *rc::gen::element<int32_t>(0, 0, 1, 3);
+        if (!c.layers.empty() && *rc::gen::arbitrary<bool>()) {
+          for (const LayerShape& other : c.layers) {
+            if (other.ring()) {
+              s.window = other.window;
+              s.capacity = other.capacity;
+            }
+          }
+        }
+      }
       c.layers.push_back(s);
     }
     return c;
@@ -140,6 +157,24 @@ struct Model {
   bool verified = false;
   std::vector<int32_t> verify_real;
   std::vector<int32_t> bypass_bound;  // non-empty: the last change was a window
+  int64_t peak = 0;                   // most columns ever held (ring wrap)
+  int64_t peak_before_write = 0;
+  bool last_change_was_write = false;
+
+  int64_t Columns() const { return cols.empty() ? 0 : static_cast<int64_t>(cols[0].size()); }
+  bool Wrapped(const LayerShape& s) const { return s.ring() && peak > s.capacity; }
+  bool AnyWrapped() const {
+    for (const LayerShape& s : cfg.layers) {
+      if (Wrapped(s)) return true;
+    }
+    return false;
+  }
+  // After dropping the tips of the last write: as if only the accepted
+  // tokens had been written.
+  void RestorePeak() {
+    if (last_change_was_write) peak = std::max(peak_before_write, Columns());
+    last_change_was_write = false;
+  }
 
   int32_t Next(int r) const {
     int32_t n = 0;
@@ -229,6 +264,13 @@ bool SameBits(const float* a, const float* b, size_t n) {
   return std::memcmp(a, b, n * sizeof(float)) == 0;
 }
 
+// isTrimmable() of every layer: a ring is trimmable until it has wrapped.
+void CheckTrimmable(const Model& m, const Layout& layout) {
+  for (size_t l = 0; l < m.cfg.layers.size(); ++l) {
+    RC_ASSERT(layout.cache(l).isTrimmable() == !m.Wrapped(m.cfg.layers[l]));
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Commands.
 
@@ -295,6 +337,9 @@ struct ForwardCmd : Command {
     if (!decode) {
       for (int r = 0; r < m.cfg.rows; ++r) m.bypass_bound.push_back(cols.Real(r));
     }
+    m.peak_before_write = m.peak;
+    m.peak = std::max(m.peak, m.Columns());
+    m.last_change_was_write = true;
   }
 
   void run(const Model& m, Sut& sut) const override {
@@ -337,6 +382,7 @@ struct ForwardCmd : Command {
     Model after = m;
     apply(after);
     RC_ASSERT(layout.positions() == after.Positions());
+    CheckTrimmable(after, layout);
     for (size_t l = 0; l < nl; ++l) {
       const LayerShape& shape = m.cfg.layers[l];
       const size_t hd = static_cast<size_t>(shape.heads) * shape.dim;
@@ -351,11 +397,15 @@ struct ForwardCmd : Command {
       const Mask* mask = layout.LastMask(l);
       RC_ASSERT(mask != nullptr);
       const KvView view = layout.attention(l)->View();
-      // Layers with the same window share one mask; all stay in lockstep.
+      // Layers with the same window and ring capacity share one mask and
+      // stay in lockstep (same slots, same phase).
       for (size_t l2 = 0; l2 < l; ++l2) {
-        if (m.cfg.layers[l2].window == shape.window) RC_ASSERT(layout.LastMask(l2) == mask);
+        const LayerShape& s2 = m.cfg.layers[l2];
+        if (s2.window != shape.window || s2.capacity != shape.capacity) continue;
+        RC_ASSERT(layout.LastMask(l2) == mask);
         const KvView other = layout.attention(l2)->View();
         RC_ASSERT(other.slots == view.slots);
+        RC_ASSERT(other.first_slot == view.first_slot);
         for (int r = 0; r < rows; ++r) {
           RC_ASSERT(std::memcmp(other.slot_pos + r * other.slot_stride,
                                 view.slot_pos + r * view.slot_stride,
@@ -429,6 +479,7 @@ struct TrimCmd : Command {
   }
   bool Refused(const Model& m) const {
     if (m.armed) return true;
+    if (!bypass && m.AnyWrapped()) return true;
     for (int r = 0; r < m.cfg.rows; ++r) {
       if (m.Next(r) < n) return true;
       if (bypass && (m.bypass_bound.empty() || m.bypass_bound[r] < n)) return true;
@@ -438,6 +489,7 @@ struct TrimCmd : Command {
   void apply(Model& m) const override {
     if (Refused(m)) return;
     for (int r = 0; r < m.cfg.rows; ++r) m.RemoveLastReal(r, n);
+    m.RestorePeak();
     m.bypass_bound.clear();
   }
   void run(const Model& m, Sut& sut) const override {
@@ -451,9 +503,7 @@ struct TrimCmd : Command {
     Model after = m;
     apply(after);
     RC_ASSERT(sut.layout->positions() == after.Positions());
-    for (size_t l = 0; l < m.cfg.layers.size(); ++l) {
-      RC_ASSERT(sut.layout->cache(l).isTrimmable());
-    }
+    CheckTrimmable(after, *sut.layout);
   }
   void show(std::ostream& os) const override { os << "trim " << n << (bypass ? " bypass" : ""); }
 };
@@ -465,6 +515,7 @@ struct ArmCmd : Command {
     m.armed = true;
     m.verified = false;
     m.bypass_bound.clear();
+    m.last_change_was_write = false;
   }
   void run(const Model& m, Sut& sut) const override {
     const uint64_t before = sut.layout->StateHash();
@@ -511,6 +562,7 @@ struct AcceptCmd : Command {
     m.armed = false;
     m.verified = false;
     m.bypass_bound.clear();
+    m.RestorePeak();
   }
   void run(const Model& m, Sut& sut) const override {
     const uint64_t before = sut.layout->StateHash();
@@ -521,6 +573,7 @@ struct AcceptCmd : Command {
     apply(after);
     RC_ASSERT(sut.layout->positions() == after.Positions());
     RC_ASSERT(sut.layout->armed() == after.armed);
+    CheckTrimmable(after, *sut.layout);
   }
   void show(std::ostream& os) const override { os << "accept " << Join(keep); }
 };
@@ -530,6 +583,8 @@ std::unique_ptr<Layout> BuildLayout(const Config& c) {
   for (size_t l = 0; l < c.layers.size(); ++l) {
     LayerConfig lc;
     lc.name = "l" + std::to_string(l);
+    lc.type = c.layers[l].ring() ? LayerType::kRotating : LayerType::kKv;
+    lc.capacity = c.layers[l].capacity;
     lc.heads = c.layers[l].heads;
     lc.q_heads = c.layers[l].QueryHeads();
     lc.dim = c.layers[l].dim;
