@@ -14,7 +14,7 @@
 //   (0x21..0x7E). Comments may also hold bytes >= 0x80 (UTF-8 text). A NUL
 //   byte or any other control character (including a '\r' that is not the
 //   line's last byte, and DEL) is a syntax error anywhere, comments included.
-// - Input larger than 64 MiB is rejected at 1:1 before anything is read.
+// - Input larger than 4 MiB is rejected at 1:1 before anything is read.
 //
 // Numbers and lists
 // - Integers are digits only: no sign, no spaces, no hex. Leading zeros are
@@ -79,7 +79,8 @@
 // counts of lines). Memory is the input's size in stored lines plus
 // sizeof(std::string) per line and sizeof(Statement) (about 330 bytes) per
 // statement: for pathological input made only of tiny statements (a 64 MiB
-// file of `arm` lines) that is about 90 times the input.
+// file of `arm` lines) that is about 90 times the input, ~360 MiB at the
+// 4 MiB cap.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -94,7 +95,7 @@
 namespace kvspec::trace {
 namespace {
 
-constexpr size_t kMaxInputBytes = size_t{64} << 20;  // 64 MiB
+constexpr size_t kMaxInputBytes = size_t{4} << 20;  // 4 MiB: at most ~1M statements
 constexpr size_t kMaxNumberChars = 100;              // `expect out` values
 constexpr size_t kMaxQuotedChars = 40;               // words quoted in messages
 

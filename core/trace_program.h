@@ -38,7 +38,7 @@ struct LayerDecl {
   int heads = 1;     // attention: kv heads (= query heads); ssm: value heads
   int dim = 4;       // attention head dim
   int window = 0;    // 0: none (kv sees all); rotating: required, >= 1
-  int capacity = 0;  // rotating only; 0 in the text means "= window"
+  int capacity = 0;  // rotating only; = window when the text gives none
   int kheads = 0;    // ssm key heads; resolved to heads when not given
   int dk = 4;
   int dv = 4;
@@ -108,7 +108,7 @@ struct Statement {
 
   // expect sees: the listed items (order as written)
   std::vector<SeenItem> items;
-  // expect out: values, plus their text as written (for --emit)
+  // expect out: the values
   std::vector<double> values;
   // expect positions: one per row
   std::vector<int32_t> positions;

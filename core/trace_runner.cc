@@ -645,7 +645,7 @@ int RunTraceText(std::string_view text, std::string_view name, const RunOptions&
 
 int RunTraceFile(const std::string& path, const RunOptions& options, std::ostream& out,
                  std::ostream& err) {
-  constexpr size_t kMaxFileBytes = size_t{64} << 20;
+  constexpr size_t kMaxFileBytes = size_t{4} << 20;
   std::string text;
   if (path == "-") {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());

@@ -635,7 +635,7 @@ TEST(TraceParseErrorTest, Characters) {
 }
 
 TEST(TraceParseErrorTest, TooLargeInput) {
-  const std::string big((size_t{64} << 20) + 1, ' ');
+  const std::string big((size_t{4} << 20) + 1, ' ');
   EXPECT_TRUE(FailsAt(big, 1, 1, "input too large"));
 }
 

@@ -1,0 +1,245 @@
+// Properties of rotating (ring) caches beyond the model-based sequence test:
+//
+// - Trim bypass and accept on a ring equal never having written the rejected
+//   tips: after a prefix (any padding, any wrap), a verify window of S real
+//   tokens, then dropping the last n (trim n bypass, or arm + accept S-n,
+//   ragged across rows), the ring behaves exactly like a fresh ring fed the
+//   prefix and only the accepted tokens: the same visible sets and the same
+//   attention outputs, bit for bit, for every later query, and the same
+//   trimmability, including rounds that cross the window boundary.
+// - Phase independence: a row's outputs do not depend on the ring's phase
+//   or capacity (rings of capacity W .. W+5 agree bit for bit with a plain
+//   cache holding every token).
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/layout.h"
+#include "core/trace_runner.h"
+#include "core/values.h"
+
+namespace kvspec {
+namespace {
+
+using trace::ContentIndex;
+using trace::Tag;
+
+// One forward of a scripted run: L columns, per-row padding, and an id
+// offset (rejected drafts get ids the accepted tokens never use).
+struct Step {
+  int32_t columns = 1;
+  std::vector<int32_t> left, right;
+  int32_t id_offset = 0;
+};
+
+std::string Show(const Step& s) {
+  std::ostringstream os;
+  os << "window " << s.columns << " left=";
+  for (size_t i = 0; i < s.left.size(); ++i) os << (i ? "," : "") << s.left[i];
+  os << " right=";
+  for (size_t i = 0; i < s.right.size(); ++i) os << (i ? "," : "") << s.right[i];
+  if (s.id_offset) os << " (ids pos+" << s.id_offset << ")";
+  return os.str();
+}
+
+// What one forward showed: per row and real query, the tags seen and the
+// outputs.
+struct Seen {
+  std::vector<std::vector<Tag>> tags;
+  std::vector<std::vector<float>> outs;
+  bool operator==(const Seen& o) const {
+    if (tags != o.tags || outs.size() != o.outs.size()) return false;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      if (outs[i].size() != o.outs[i].size() ||
+          std::memcmp(outs[i].data(), o.outs[i].data(), outs[i].size() * 4) != 0) {
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
+class RingRun {
+ public:
+  RingRun(int rows, int32_t window, int32_t capacity, int heads, int dim)
+      : rows_(rows), heads_(heads), dim_(dim) {
+    LayerConfig c;
+    c.name = "ring";
+    c.type = capacity ? LayerType::kRotating : LayerType::kKv;
+    c.heads = heads;
+    c.dim = dim;
+    c.window = window;
+    c.capacity = capacity;
+    RC_ASSERT(Layout::Create(rows, {c}, &layout_).ok());
+  }
+
+  Layout& layout() { return *layout_; }
+
+  Seen Forward(const Step& step) {
+    ForwardColumns cols = ForwardColumns::Dense(rows_, step.columns);
+    cols.left = step.left;
+    cols.right = step.right;
+    const std::vector<int32_t> next = layout_->positions();
+    const size_t L = static_cast<size_t>(step.columns);
+    const size_t hd = static_cast<size_t>(heads_) * dim_;
+    std::vector<float> q(rows_ * L * hd, ContentIndex::PadValue());
+    std::vector<float> k(q), v(q), o(q.size());
+    for (int r = 0; r < rows_; ++r) {
+      for (int32_t j = 0; j < cols.Real(r); ++j) {
+        const size_t at = (r * L + static_cast<size_t>(cols.left[r] + j)) * hd;
+        const int32_t pos = next[r] + j;
+        ContentIndex::AttentionToken(0, pos + step.id_offset, pos, heads_, dim_, &q[at], &k[at],
+                                     &v[at]);
+        index_.Remember(0, pos + step.id_offset, pos, &k[at], &v[at], hd);
+      }
+    }
+    RC_ASSERT(layout_->Forward(cols, {AttentionIO{q.data(), k.data(), v.data(), o.data()}}).ok());
+    Seen seen;
+    const Mask* mask = layout_->LastMask(0);
+    const KvView view = layout_->attention(0)->View();
+    for (int r = 0; r < rows_; ++r) {
+      for (int32_t j = 0; j < cols.Real(r); ++j) {
+        const int32_t col = cols.left[r] + j;
+        std::vector<Tag> tags;
+        for (int32_t s = 0; s < mask->slots; ++s) {
+          if (mask->Admits(r, col, s)) tags.push_back(index_.Recover(0, view, r, s));
+        }
+        std::sort(tags.begin(), tags.end());
+        seen.tags.push_back(tags);
+        const float* ov = &o[(r * L + static_cast<size_t>(col)) * hd];
+        seen.outs.emplace_back(ov, ov + hd);
+      }
+    }
+    return seen;
+  }
+
+ private:
+  int rows_, heads_, dim_;
+  std::unique_ptr<Layout> layout_;
+  ContentIndex index_;
+};
+
+rc::Gen<Step> GenStep(int rows, const std::vector<int32_t>& real_so_far, bool allow_pads) {
+  return rc::gen::exec([=] {
+    Step s;
+    s.columns = *rc::gen::inRange<int32_t>(1, 7);
+    for (int r = 0; r < rows; ++r) {
+      const int32_t left =
+          allow_pads && real_so_far[r] == 0 ? *rc::gen::inRange<int32_t>(0, s.columns + 1) : 0;
+      const int32_t right =
+          allow_pads ? *rc::gen::inRange<int32_t>(0, s.columns - left + 1) : 0;
+      s.left.push_back(left);
+      s.right.push_back(right);
+    }
+    return s;
+  });
+}
+
+// Applies `steps` to both runs, comparing every forward.
+void Continue(RingRun& a, RingRun& b, const std::vector<Step>& steps, bool same_kind) {
+  for (const Step& s : steps) {
+    RC_LOG() << "  then " << Show(s) << "\n";
+    RC_ASSERT(a.Forward(s) == b.Forward(s));
+    if (same_kind) {
+      RC_ASSERT(a.layout().cache(0).isTrimmable() == b.layout().cache(0).isTrimmable());
+    }
+    RC_ASSERT(a.layout().positions() == b.layout().positions());
+  }
+}
+
+RC_GTEST_PROP(RingProps, DroppedTipsEqualNeverWritingThem, ()) {
+  const int rows = *rc::gen::inRange(1, 4);
+  const int32_t window = *rc::gen::inRange<int32_t>(1, 9);
+  const int32_t capacity = window + *rc::gen::element<int32_t>(0, 0, 1, 2, 5);
+  const int heads = *rc::gen::inRange(1, 3);
+  const int dim = *rc::gen::inRange(1, 9);
+  const bool use_accept = *rc::gen::arbitrary<bool>();
+  RC_LOG() << "rows " << rows << ", layer ring rotating window=" << window
+           << " capacity=" << capacity << " heads=" << heads << " dim=" << dim << "\n";
+
+  RingRun tipped(rows, window, capacity, heads, dim);
+  RingRun fresh(rows, window, capacity, heads, dim);
+  // A prefix, any padding, possibly wrapping the ring.
+  std::vector<int32_t> real(static_cast<size_t>(rows), 0);
+  const int prefix = *rc::gen::inRange(0, 6);
+  for (int i = 0; i < prefix; ++i) {
+    const Step s = *GenStep(rows, real, true);
+    RC_LOG() << "  prefix " << Show(s) << "\n";
+    RC_ASSERT(tipped.Forward(s) == fresh.Forward(s));
+    for (int r = 0; r < rows; ++r) real[r] += s.columns - s.left[r] - s.right[r];
+  }
+  // The verify window: S real tokens per row, drafts with their own ids.
+  Step verify;
+  verify.columns = *rc::gen::inRange<int32_t>(1, 2 * window + 3);
+  verify.left.assign(static_cast<size_t>(rows), 0);
+  verify.right.assign(static_cast<size_t>(rows), 0);
+  verify.id_offset = 1000;
+  std::vector<int32_t> keep(static_cast<size_t>(rows));
+  const bool ragged = use_accept && *rc::gen::arbitrary<bool>();
+  const int32_t uniform = *rc::gen::inRange<int32_t>(0, verify.columns + 1);
+  for (int r = 0; r < rows; ++r) {
+    keep[r] = ragged ? *rc::gen::inRange<int32_t>(0, verify.columns + 1) : uniform;
+  }
+  const int32_t common_drop = verify.columns - *std::max_element(keep.begin(), keep.end());
+  const bool wrapped_before = !tipped.layout().cache(0).isTrimmable();
+  if (use_accept) RC_ASSERT(tipped.layout().Arm().ok());
+  tipped.Forward(verify);
+  RC_CLASSIFY(!wrapped_before && !tipped.layout().cache(0).isTrimmable(),
+              "round crosses the wrap boundary");
+  RC_CLASSIFY(wrapped_before, "ring already wrapped");
+  if (use_accept) {
+    RC_ASSERT(tipped.layout().Accept(keep).ok());
+  } else {
+    RC_ASSERT(tipped.layout().Trim(verify.columns - uniform, /*bypass=*/true).ok());
+  }
+  RC_LOG() << "  verify " << Show(verify) << (use_accept ? " then accept " : " then trim bypass to ")
+           << "keep " << keep[0] << (ragged ? " (ragged)" : "") << "\n";
+  // The fresh ring writes only the accepted tokens (as one window; rows
+  // that keep fewer than others carry the difference as padding).
+  const int32_t kept_columns = verify.columns - common_drop;
+  if (kept_columns > 0) {
+    Step accepted;
+    accepted.columns = kept_columns;
+    accepted.id_offset = verify.id_offset;  // the accepted drafts themselves
+    accepted.left.assign(static_cast<size_t>(rows), 0);
+    for (int r = 0; r < rows; ++r) accepted.right.push_back(kept_columns - keep[r]);
+    fresh.Forward(accepted);
+  }
+  RC_ASSERT(tipped.layout().positions() == fresh.layout().positions());
+  RC_ASSERT(tipped.layout().cache(0).isTrimmable() == fresh.layout().cache(0).isTrimmable());
+  for (int r = 0; r < rows; ++r) real[r] += keep[r];
+  // Whatever comes next sees the same things.
+  std::vector<Step> after;
+  const int more = *rc::gen::inRange(1, 6);
+  for (int i = 0; i < more; ++i) after.push_back(*GenStep(rows, real, false));
+  Continue(tipped, fresh, after, /*same_kind=*/true);
+}
+
+RC_GTEST_PROP(RingProps, OutputsDoNotDependOnPhaseOrCapacity, ()) {
+  const int32_t window = *rc::gen::inRange<int32_t>(1, 9);
+  const int heads = *rc::gen::inRange(1, 3);
+  const int dim = *rc::gen::inRange(1, 17);
+  const int32_t extra = *rc::gen::inRange<int32_t>(0, 6);
+  RingRun ring(1, window, window + extra, heads, dim);
+  RingRun plain(1, window, 0, heads, dim);  // a plain cache with the same window
+  std::vector<Step> steps;
+  const int n = *rc::gen::inRange(1, 12);
+  std::vector<int32_t> real(1, 0);
+  for (int i = 0; i < n; ++i) {
+    Step s = *GenStep(1, real, false);
+    if (*rc::gen::arbitrary<bool>()) s.columns = 1;  // decodes wrap in place
+    steps.push_back(s);
+    real[0] += s.columns;
+  }
+  Continue(ring, plain, steps, /*same_kind=*/false);
+}
+
+}  // namespace
+}  // namespace kvspec
