@@ -7,7 +7,8 @@
 //
 // Names: BM_Decode/<target>/<cache length>, BM_DecodeHot/<target>/<length>,
 // BM_Window/<target>/<context>/<L>, BM_WindowHot/<target>/<context>/<L>,
-// BM_StreamRead. The label is the target Attend really dispatched to.
+// BM_DecodeRing/<target>/<length>/<wrapped 0|1> (a rotating cache read in
+// place), BM_StreamRead. The label is the target Attend really dispatched to.
 //
 // Counters: bytes_per_second counts the K and V bytes of the admitted slots
 // once per call (the least a kernel must read); items_per_second counts
@@ -52,6 +53,7 @@ constexpr size_t kColdBytes = kGiB;
 constexpr size_t kMaxColdCaches = 512;
 
 constexpr int32_t kDecodeLengths[] = {512, 1024, 2048, 4096, 8192, 16384, 32768};
+constexpr int32_t kRingLengths[] = {4096, 32768};
 constexpr int32_t kWindowContext = 1024;
 constexpr int32_t kWindowColumns[] = {4, 16, 128};
 
@@ -76,7 +78,7 @@ class Values {
 // One cache that has just taken a forward of `columns` columns, with the
 // mask of that forward.
 struct AttentionCase {
-  std::unique_ptr<BatchedKvCache> cache;  // owns what view and mask point to
+  std::unique_ptr<ColumnStore> cache;  // owns what view and mask point to
   KvView view;
   Mask mask;
 };
@@ -85,9 +87,13 @@ struct AttentionCase {
 // or the StreamRead buffer), so that the process stays near 1.3 GiB
 // whatever the filter. Repetitions of one benchmark and the targets of one
 // shape (registered next to each other) reuse it; it is built lazily.
+// How the cache of a case stores its tokens.
+enum class Storage { kPlain = 0, kRingFull = 1, kRingWrapped = 2 };
+
 struct WorkingSet {
   int32_t context = -1;  // tokens stored before the forward
   int32_t columns = -1;  // L of the forward
+  Storage storage = Storage::kPlain;
   std::vector<AttentionCase> cases;
   std::vector<uint64_t> stream;  // BM_StreamRead's buffer
 };
@@ -106,31 +112,47 @@ size_t KvBytesPerToken() {
 // decode step when columns == 1) over the view's slot positions. Appending
 // the context and the forward separately would give the same slots and
 // mask; one append keeps the capacity exact instead of 1.5x.
-AttentionCase MakeCase(int32_t context, int32_t columns,
+//
+// Rings (window = capacity = context + columns, so every stored token is
+// visible to the decode): kRingFull holds exactly `capacity` columns (full,
+// not wrapped, phase 0); kRingWrapped first takes half a ring more, so the
+// decode reads a wrapped ring in place at phase ~1/2.
+AttentionCase MakeCase(int32_t context, int32_t columns, Storage storage,
                        const std::vector<float>& k, const std::vector<float>& v) {
   AttentionCase c;
-  c.cache = std::make_unique<BatchedKvCache>(kRows, kKvHeads, kHeadDim);
   const int32_t total = context + columns;
-  const Status appended = c.cache->Append(ForwardColumns::Dense(kRows, total), k.data(), v.data());
+  Status appended;
+  if (storage == Storage::kPlain) {
+    c.cache = std::make_unique<BatchedKvCache>(kRows, kKvHeads, kHeadDim);
+  } else {
+    c.cache = std::make_unique<BatchedRotatingCache>(kRows, kKvHeads, kHeadDim, total, total);
+    if (storage == Storage::kRingWrapped) {
+      appended = c.cache->Append(ForwardColumns::Dense(kRows, total / 2), k.data(), v.data());
+    }
+  }
+  if (appended.ok()) {
+    appended = c.cache->Append(ForwardColumns::Dense(kRows, total), k.data(), v.data());
+  }
   if (!appended.ok()) {
     std::fprintf(stderr, "attention_bench: Append failed: %s\n", appended.message().c_str());
     std::abort();
   }
   c.view = c.cache->View();
   const ForwardColumns forward = ForwardColumns::Dense(kRows, columns, /*decode=*/columns == 1);
-  c.mask = BuildMask(forward, c.cache->positions(), c.cache->window(), c.view.slot_pos,
-                     c.view.slot_stride, c.view.slots);
+  c.mask = BuildMask(forward, c.cache->positions(), c.cache->window(), c.view);
   return c;
 }
 
 // At least `count` caches of the shape (context, columns), each in its own
 // memory. Frees the previous working set when the shape differs.
-const std::vector<AttentionCase>& Cases(int32_t context, int32_t columns, size_t count) {
+const std::vector<AttentionCase>& Cases(int32_t context, int32_t columns, Storage storage,
+                                        size_t count) {
   WorkingSet& set = Resident();
-  if (set.context != context || set.columns != columns) {
+  if (set.context != context || set.columns != columns || set.storage != storage) {
     set = WorkingSet();  // releases caches and the stream buffer first
     set.context = context;
     set.columns = columns;
+    set.storage = storage;
   }
   if (set.cases.size() < count) {
     // [rows][context + columns][kv_heads][dim]: the same values for every
@@ -141,7 +163,9 @@ const std::vector<AttentionCase>& Cases(int32_t context, int32_t columns, size_t
     values.Fill(&k);
     values.Fill(&v);
     set.cases.reserve(count);
-    while (set.cases.size() < count) set.cases.push_back(MakeCase(context, columns, k, v));
+    while (set.cases.size() < count) {
+      set.cases.push_back(MakeCase(context, columns, storage, k, v));
+    }
   }
   return set.cases;
 }
@@ -261,7 +285,7 @@ class TargetScope {
 // Attend over the caches of one shape: `rotate` of them in turn (cold) or
 // the first one only (hot).
 void RunAttention(benchmark::State& state, int64_t target, int32_t context, int32_t columns,
-                  bool cold) {
+                  bool cold, Storage storage = Storage::kPlain) {
   TargetScope scope(target);
   state.SetLabel(scope.dispatched());
   if (!scope.Matches()) {
@@ -271,7 +295,7 @@ void RunAttention(benchmark::State& state, int64_t target, int32_t context, int3
     return;
   }
   const size_t rotate = cold ? ColdCount(context + columns) : 1;
-  const std::vector<AttentionCase>& cases = Cases(context, columns, rotate);
+  const std::vector<AttentionCase>& cases = Cases(context, columns, storage, rotate);
 
   // q and out: [rows][columns][q_heads][dim]
   const size_t q_elements = static_cast<size_t>(kRows) * columns * kQueryHeads * kHeadDim;
@@ -320,6 +344,22 @@ void RegisterAll() {
             })
             ->Arg(length)
                   ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+  // Decode over a ring, read in place: full but not wrapped (/0) against
+  // wrapped at phase ~1/2 (/1), same length, cold (goal: wrapped <= 1.05x).
+  for (const int32_t length : kRingLengths) {
+    for (const int64_t target : targets) {
+      for (const Storage storage : {Storage::kRingFull, Storage::kRingWrapped}) {
+        benchmark::RegisterBenchmark(
+            (std::string("BM_DecodeRing/") + hwy::TargetName(target)).c_str(),
+            [target, storage](benchmark::State& state) {
+              RunAttention(state, target, static_cast<int32_t>(state.range(0)) - 1, 1,
+                           /*cold=*/true, storage);
+            })
+            ->Args({length, storage == Storage::kRingWrapped ? 1 : 0})
+            ->Unit(benchmark::kMicrosecond);
       }
     }
   }

@@ -38,7 +38,15 @@ Status CheckForwardColumns(const ForwardColumns& cols,
 ColumnStore::ColumnStore(int rows, int kv_heads, int dim, int32_t window,
                          int32_t ring_capacity)
     : rows_(rows), kv_heads_(kv_heads), dim_(dim), window_(window),
-      ring_capacity_(ring_capacity), next_(static_cast<size_t>(rows), 0) {}
+      ring_capacity_(ring_capacity), next_(static_cast<size_t>(rows), 0),
+      held_pads_(static_cast<size_t>(rows), 0) {}
+
+void ColumnStore::CountHeldPads() {
+  for (int r = 0; r < rows_; ++r) {
+    held_pads_[r] = 0;
+    for (int64_t c = 0; c < held_; ++c) held_pads_[r] += slot_pos_[r * slots_ + Slot(c)] < 0;
+  }
+}
 
 size_t ColumnStore::bytesPerToken() const {
   return static_cast<size_t>(kv_heads_) * (2 * static_cast<size_t>(dim_)) * sizeof(float);
@@ -56,6 +64,9 @@ int64_t ColumnStore::ColumnsToKeep() const {
   // prefill padding, turned-down tips) sit between them.
   const int32_t need = window_ - 1;
   int64_t keep = 0;
+  bool holes = false;
+  for (int r = 0; r < rows_; ++r) holes = holes || held_pads_[r] > 0;
+  if (!holes) return std::min<int64_t>(held_, need);
   for (int r = 0; r < rows_ && keep < held_; ++r) {
     const int32_t* pos = &slot_pos_[r * slots_];
     int32_t found = 0;
@@ -112,6 +123,7 @@ void ColumnStore::Relayout(size_t slots, int64_t keep) {
   slots_ = slots;
   first_ = 0;
   held_ = keep;
+  CountHeldPads();
 }
 
 Status ColumnStore::CheckAppend(const ForwardColumns& cols) const {
@@ -129,7 +141,8 @@ Status ColumnStore::Append(const ForwardColumns& cols, const float* k, const flo
   const size_t L = static_cast<size_t>(cols.columns);
   for (size_t i = 0; i < L; ++i) {
     size_t slot;
-    if (held_ < static_cast<int64_t>(slots_)) {
+    const bool overwrite = held_ == static_cast<int64_t>(slots_);
+    if (!overwrite) {
       slot = Slot(held_);
       ++held_;
     } else {
@@ -137,6 +150,7 @@ Status ColumnStore::Append(const ForwardColumns& cols, const float* k, const flo
       first_ = (first_ + 1) % slots_;
     }
     for (int r = 0; r < rows_; ++r) {
+      if (overwrite) held_pads_[r] -= slot_pos_[r * slots_ + slot] < 0;
       for (int h = 0; h < kv_heads_; ++h) {
         // Input [rows][L][kv_heads][dim] -> storage [rows][kv_heads][S][dim].
         const size_t in = ((r * L + i) * kv_heads_ + h) * dim;
@@ -147,6 +161,7 @@ Status ColumnStore::Append(const ForwardColumns& cols, const float* k, const flo
       const int32_t col = static_cast<int32_t>(i);
       const bool real = col >= cols.left[r] && col < cols.columns - cols.right[r];
       slot_pos_[r * slots_ + slot] = real ? next_[r] + (col - cols.left[r]) : -1;
+      held_pads_[r] += !real;
     }
   }
   last_write_real_.assign(static_cast<size_t>(rows_), 0);
@@ -192,6 +207,7 @@ void ColumnStore::Drop(const std::vector<int32_t>& drop) {
   }
   held_ -= common;
   columns_ -= common;
+  CountHeldPads();
   // Dropping the tips of the last write leaves the ring as if only the
   // accepted tokens had been written: wrap state included.
   if (!last_write_real_.empty()) peak_ = std::max(peak_before_write_, columns_);
@@ -274,6 +290,7 @@ void ColumnStore::HashState(Hasher* hasher) const {
   hasher->Vector(v_);
   hasher->Vector(slot_pos_);
   hasher->Vector(next_);
+  hasher->Vector(held_pads_);
   hasher->Vector(last_write_real_);
   hasher->Value(last_write_was_decode_);
 }

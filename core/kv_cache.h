@@ -140,6 +140,10 @@ class ColumnStore : public AttentionCache {
   std::vector<float> k_, v_;       // [rows][kv_heads][S][dim]
   std::vector<int32_t> slot_pos_;  // [rows][S]; -1: no visible token
   std::vector<int32_t> next_;      // [rows] next position
+  // Pad columns among each row's held columns: while no row holds one, a
+  // wrapped ring keeps exactly W - 1 columns without scanning.
+  std::vector<int64_t> held_pads_;
+  void CountHeldPads();
   // Real tokens per row of the last write (empty after any other change):
   // the bound of DropTips, and of a bypass trim when it was not a decode.
   std::vector<int32_t> last_write_real_;
