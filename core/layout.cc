@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/conv1d.h"
+
 namespace kvspec {
 
 namespace {
@@ -56,8 +58,29 @@ Status Layout::Create(int rows, std::vector<LayerConfig> layers,
         }
         break;
       }
-      case LayerType::kSsm:
-        return Status::Error(LayerName(c, i) + ": ssm caches are not supported yet");
+      case LayerType::kSsm: {
+        SsmShape shape;
+        shape.value_heads = c.heads;
+        shape.key_heads = c.kheads ? c.kheads : c.heads;
+        shape.dk = c.dk;
+        shape.dv = c.dv;
+        shape.conv = c.conv;
+        if (shape.value_heads < 1 || shape.key_heads < 1 ||
+            shape.value_heads % shape.key_heads != 0 || shape.dk < 1 || shape.dv < 1 ||
+            shape.conv < 1 || shape.conv > static_cast<int>(kMaxConvKernel)) {
+          return Status::Error(LayerName(c, i) + ": bad recurrent shape (heads " +
+                               std::to_string(shape.value_heads) + ", kheads " +
+                               std::to_string(shape.key_heads) + ", dk " +
+                               std::to_string(shape.dk) + ", dv " + std::to_string(shape.dv) +
+                               ", conv " + std::to_string(shape.conv) + ")");
+        }
+        if (rows == 1) {
+          layout->layers_.push_back(std::make_unique<SsmCache>(shape));
+        } else {
+          layout->layers_.push_back(std::make_unique<BatchedSsmCache>(rows, shape));
+        }
+        break;
+      }
     }
   }
   layout->configs_ = std::move(layers);
@@ -81,6 +104,10 @@ std::unique_ptr<Layout> Layout::Copy() const {
 
 const AttentionCache* Layout::attention(size_t layer) const {
   return dynamic_cast<const AttentionCache*>(layers_[layer].get());
+}
+
+const SsmCacheBase* Layout::recurrent(size_t layer) const {
+  return dynamic_cast<const SsmCacheBase*>(layers_[layer].get());
 }
 
 size_t Layout::allocatedBytes() const {
@@ -110,10 +137,9 @@ Status Layout::CheckForward(const ForwardColumns& cols) const {
   }
   for (size_t i = 0; i < layers_.size(); ++i) {
     const AttentionCache* a = attention(i);
-    if (a) {
-      Status s = a->CheckAppend(cols);
-      if (!s.ok()) return Status::Error(LayerName(configs_[i], i) + ": " + s.message());
-    }
+    const SsmCacheBase* ssm = recurrent(i);
+    Status s = a ? a->CheckAppend(cols) : ssm->CheckForward(cols);
+    if (!s.ok()) return Status::Error(LayerName(configs_[i], i) + ": " + s.message());
   }
   return Status::Ok();
 }
@@ -127,12 +153,11 @@ Status Layout::Forward(const ForwardColumns& cols, const std::vector<AttentionIO
   ForgetLastForward();
   for (size_t i = 0; i < layers_.size(); ++i) {
     AttentionCache* a = dynamic_cast<AttentionCache*>(layers_[i].get());
-    if (a) {
-      Status s = a->Append(cols, io[i].k, io[i].v);
-      // CheckForward accepted these columns: a refusal here is a broken
-      // invariant, not a user error.
-      if (!s.ok()) return Status::Error("internal: layers out of lockstep: " + s.message());
-    }
+    SsmCacheBase* ssm = dynamic_cast<SsmCacheBase*>(layers_[i].get());
+    Status s = a ? a->Append(cols, io[i].k, io[i].v) : ssm->Forward(cols, io[i].ssm);
+    // CheckForward accepted these columns: a refusal here is a broken
+    // invariant, not a user error.
+    if (!s.ok()) return Status::Error("internal: layers out of lockstep: " + s.message());
   }
   const std::vector<int32_t> next = positions();
   // One mask per distinct window, shared by every layer of that window.
@@ -198,6 +223,10 @@ Status Layout::Trim(int32_t n, bool bypass) {
     }
   }
   for (size_t i = 0; i < layers_.size(); ++i) {
+    if (recurrent(i)) {
+      return Status::Error(LayerName(configs_[i], i) + " (" + layers_[i]->kind() +
+                           ") is recurrent: it is never trimmed; use a speculative round");
+    }
     if (!bypass && !layers_[i]->isTrimmable()) {
       return Status::Error(LayerName(configs_[i], i) + " (" + layers_[i]->kind() +
                            ") is not trimmable");
@@ -216,6 +245,19 @@ Status Layout::Trim(int32_t n, bool bypass) {
 
 Status Layout::Arm() {
   if (armed_) return Status::Error("a round is already armed");
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const SsmCacheBase* ssm = recurrent(i);
+    if (ssm && ssm->armed()) {
+      return Status::Error("internal: " + LayerName(configs_[i], i) + " is armed already");
+    }
+  }
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    SsmCacheBase* ssm = dynamic_cast<SsmCacheBase*>(layers_[i].get());
+    if (ssm) {
+      Status s = ssm->ArmRound();
+      if (!s.ok()) return Status::Error("internal: " + s.message());
+    }
+  }
   armed_ = true;
   verified_ = false;
   verify_real_.clear();
@@ -240,17 +282,24 @@ Status Layout::Accept(const std::vector<int32_t>& keep) {
     }
     drop[r] = verify_real_[r] - k;
   }
+  std::vector<int32_t> kept(static_cast<size_t>(rows_));
+  bool full = true;
+  for (int r = 0; r < rows_; ++r) {
+    kept[r] = verify_real_[r] - drop[r];
+    full = full && drop[r] == 0;
+  }
   for (size_t i = 0; i < layers_.size(); ++i) {
     const AttentionCache* a = attention(i);
-    if (!a) continue;
-    Status s = a->CheckDropTips(drop);
+    Status s = a ? a->CheckDropTips(drop) : recurrent(i)->CheckRollback(kept);
     if (!s.ok()) return Status::Error(LayerName(configs_[i], i) + ": " + s.message());
   }
   ForgetLastForward();
   for (size_t i = 0; i < layers_.size(); ++i) {
     AttentionCache* a = dynamic_cast<AttentionCache*>(layers_[i].get());
-    if (!a) continue;
-    Status s = a->DropTips(drop);
+    SsmCacheBase* ssm = dynamic_cast<SsmCacheBase*>(layers_[i].get());
+    // Attention layers drop the rejected tips; recurrent layers commit on a
+    // full accept, else roll back to the snapshot and replay the kept tokens.
+    Status s = a ? a->DropTips(drop) : full ? ssm->Commit() : ssm->Rollback(kept);
     if (!s.ok()) return Status::Error("internal: layers out of lockstep: " + s.message());
   }
   armed_ = false;

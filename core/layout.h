@@ -17,6 +17,7 @@
 #include "core/cache.h"
 #include "core/kv_cache.h"
 #include "core/mask.h"
+#include "core/ssm_cache.h"
 #include "core/status.h"
 
 namespace kvspec {
@@ -41,13 +42,21 @@ struct LayerConfig {
   int QueryHeads() const { return q_heads ? q_heads : heads; }
 };
 
-// One attention layer's inputs and outputs for a forward of L columns.
+// One layer's inputs and outputs for a forward of L columns: q/k/v/out for
+// an attention layer, ssm for a recurrent one.
 struct AttentionIO {
+  AttentionIO() = default;
+  AttentionIO(const float* q_in, const float* k_in, const float* v_in, float* out_in)
+      : q(q_in), k(k_in), v(v_in), out(out_in) {}
+  explicit AttentionIO(const SsmIO& ssm_in) : ssm(ssm_in) {}
+
   const float* q = nullptr;  // [rows][L][q_heads][dim]
   const float* k = nullptr;  // [rows][L][heads][dim]
   const float* v = nullptr;  // [rows][L][heads][dim]
   float* out = nullptr;      // [rows][L][q_heads][dim]; may be null (append only)
+  SsmIO ssm;
 };
+using LayerIO = AttentionIO;
 
 class Layout {
  public:
@@ -62,6 +71,8 @@ class Layout {
   const Cache& cache(size_t layer) const { return *layers_[layer]; }
   // The layer as an attention cache, or null for a recurrent layer.
   const AttentionCache* attention(size_t layer) const;
+  // The layer as a recurrent cache, or null for an attention layer.
+  const SsmCacheBase* recurrent(size_t layer) const;
 
   std::vector<int32_t> positions() const { return layers_[0]->positions(); }
   int64_t columns() const { return layers_[0]->columns(); }
@@ -69,8 +80,8 @@ class Layout {
   // Storage bytes if a forward of `columns` columns were appended now.
   size_t BytesAfterForward(int32_t columns) const;
 
-  // One forward: append to every layer, build masks, attend. io has one
-  // entry per layer (entries of recurrent layers are ignored here).
+  // One forward: append to every layer, build masks, attend, run the
+  // recurrent layers. io has one entry per layer.
   Status CheckForward(const ForwardColumns& cols) const;
   Status Forward(const ForwardColumns& cols, const std::vector<AttentionIO>& io);
 

@@ -45,6 +45,32 @@ void ContentIndex::AttentionToken(int layer, int32_t id, int32_t pos, int heads,
   stream.Fill(v, n);
 }
 
+void ContentIndex::RecurrentToken(int layer, int32_t id, int32_t pos, size_t channels,
+                                  size_t value_heads, float* x, float* gate, float* beta) {
+  ValueStream stream(TokenSeed(static_cast<uint64_t>(layer), static_cast<uint64_t>(id),
+                               static_cast<uint64_t>(pos)));
+  stream.Fill(x, channels);
+  for (size_t h = 0; h < value_heads; ++h) {
+    const float a = stream.Next();
+    gate[h] = 1.0f / (1.0f + std::exp(-(2.0f + a)));
+  }
+  for (size_t h = 0; h < value_heads; ++h) {
+    const float b = stream.Next();
+    beta[h] = 1.0f / (1.0f + std::exp(-b));
+  }
+}
+
+std::vector<float> ContentIndex::ConvWeights(int layer, size_t channels, size_t kernel) {
+  // Drawn channel-major (w[c][j] is draw c*K + j + 1), times 0.5; returned
+  // time-major [K][C] as the kernel takes it.
+  ValueStream stream(WeightSeed(static_cast<uint64_t>(layer)));
+  std::vector<float> w(channels * kernel);
+  for (size_t c = 0; c < channels; ++c) {
+    for (size_t j = 0; j < kernel; ++j) w[j * channels + c] = stream.Next() * 0.5f;
+  }
+  return w;
+}
+
 float ContentIndex::PadValue() {
   const uint32_t bits = 0x7FC0DEADu;  // a quiet NaN with a recognisable payload
   float f;
@@ -153,6 +179,10 @@ std::string JoinInts(const std::vector<int32_t>& v, char sep = ',') {
   return s;
 }
 
+size_t SsmChannels(const LayerDecl& d) {
+  return 2 * static_cast<size_t>(d.kheads) * d.dk + static_cast<size_t>(d.heads) * d.dv;
+}
+
 LayerConfig ToConfig(const LayerDecl& d) {
   LayerConfig c;
   c.name = d.name;
@@ -201,6 +231,14 @@ class Runner {
     }
     layouts_["main"].layout = std::move(layout);
     current_ = "main";
+    conv_weights_.resize(p_.layers.size());
+    for (size_t l = 0; l < p_.layers.size(); ++l) {
+      const LayerDecl& d = p_.layers[l];
+      if (d.kind == LayerKind::kSsm) {
+        conv_weights_[l] = ContentIndex::ConvWeights(static_cast<int>(l), SsmChannels(d),
+                                                     static_cast<size_t>(d.conv));
+      }
+    }
     for (const Statement& st : p_.body) {
       Outcome o = Execute(st);
       if (o.code == 2) {
@@ -270,6 +308,7 @@ class Runner {
       case Op::kAccept: {
         Status s = Cur().Accept(st.keep);
         if (!s.ok()) return Outcome::Refused(s.message());
+        PrintStates();
         EmitPositions(st);
         return {};
       }
@@ -399,9 +438,33 @@ class Runner {
     const size_t nl = layout.size();
     std::vector<std::vector<float>> q(nl), k(nl), v(nl), o(nl);
     std::vector<AttentionIO> io(nl);
+    std::vector<std::vector<float>> x(nl), gate(nl), beta(nl);
     for (size_t l = 0; l < nl; ++l) {
       const LayerDecl& d = p_.layers[l];
-      if (d.kind == LayerKind::kSsm) continue;
+      if (d.kind == LayerKind::kSsm) {
+        // Per token: x[C], then a[Hv] and b[Hv] turned into gate and beta.
+        const size_t C = SsmChannels(d);
+        const size_t hv = static_cast<size_t>(d.heads);
+        x[l].assign(static_cast<size_t>(rows) * L * C, ContentIndex::PadValue());
+        gate[l].assign(static_cast<size_t>(rows) * L * hv, ContentIndex::PadValue());
+        beta[l].assign(gate[l].size(), ContentIndex::PadValue());
+        o[l].assign(static_cast<size_t>(rows) * L * hv * d.dv, 0.0f);
+        for (int r = 0; r < rows; ++r) {
+          for (int32_t j = 0; j < cols.Real(r); ++j) {
+            const size_t c = r * L + static_cast<size_t>(cols.left[r] + j);
+            ContentIndex::RecurrentToken(static_cast<int>(l), ids[r][j], before[r] + j, C, hv,
+                                         &x[l][c * C], &gate[l][c * hv], &beta[l][c * hv]);
+          }
+        }
+        SsmIO ssm;
+        ssm.conv_weights = conv_weights_[l].data();
+        ssm.x = x[l].data();
+        ssm.gate = gate[l].data();
+        ssm.beta = beta[l].data();
+        ssm.y = o[l].data();
+        io[l] = AttentionIO(ssm);
+        continue;
+      }
       const size_t hd = static_cast<size_t>(d.heads) * d.dim;
       const size_t n = static_cast<size_t>(rows) * L * hd;
       q[l].assign(n, ContentIndex::PadValue());
@@ -439,31 +502,35 @@ class Runner {
     for (size_t l = 0; l < nl; ++l) {
       const LayerDecl& d = p_.layers[l];
       const AttentionCache* cache = layout.attention(l);
-      if (!cache) continue;
-      const Mask* mask = layout.LastMask(l);
-      const KvView view = cache->View();
-      const size_t hd = static_cast<size_t>(d.heads) * d.dim;
+      const Mask* mask = cache ? layout.LastMask(l) : nullptr;
+      const KvView view = cache ? cache->View() : KvView();
+      // Values per query (attention: all heads' o) or token (recurrent: y).
+      const size_t per = cache ? static_cast<size_t>(d.heads) * d.dim
+                               : static_cast<size_t>(d.heads) * d.dv;
       for (int r = 0; r < rows; ++r) {
         for (int32_t j = 0; j < cols.Real(r); ++j) {
           const int32_t col = cols.left[r] + j;
           const int32_t pos = before[r] + j;
-          std::vector<Tag> seen;
-          for (int32_t slot = 0; slot < mask->slots; ++slot) {
-            if (mask->Admits(r, col, slot)) {
-              seen.push_back(index_.Recover(static_cast<int>(l), view, r, slot));
-            }
-          }
-          std::sort(seen.begin(), seen.end());
           const std::string head = d.name + " r" + std::to_string(r) + " p" +
                                    std::to_string(pos) + ":";
-          sees_lines.push_back("sees " + head + JoinTags(seen));
-          const float* ov = &o[l][(r * L + static_cast<size_t>(col)) * hd];
-          std::vector<float> values(ov, ov + hd);
+          const QueryKey key{static_cast<int>(l), r, pos};
+          if (cache) {
+            std::vector<Tag> seen;
+            for (int32_t slot = 0; slot < mask->slots; ++slot) {
+              if (mask->Admits(r, col, slot)) {
+                seen.push_back(index_.Recover(static_cast<int>(l), view, r, slot));
+              }
+            }
+            std::sort(seen.begin(), seen.end());
+            sees_lines.push_back("sees " + head + JoinTags(seen));
+            last.sees[key] = std::move(seen);
+          }
+          const float* ov = &o[l][(r * L + static_cast<size_t>(col)) * per];
+          std::vector<float> values(ov, ov + per);
           std::string line = "out " + head;
-          for (float x : values) line += " " + FormatValue(x);
+          for (float value : values) line += " " + FormatValue(value);
           out_lines.push_back(line);
-          last.sees[QueryKey{static_cast<int>(l), r, pos}] = std::move(seen);
-          last.outs[QueryKey{static_cast<int>(l), r, pos}] = std::move(values);
+          last.outs[key] = std::move(values);
         }
       }
     }
@@ -478,8 +545,24 @@ class Runner {
         EmitAfter(st, "expect " + line);
       }
     }
+    PrintStates();
     EmitPositions(st);
     return {};
+  }
+
+  // `state LAYER rR HASH` per recurrent layer and row.
+  void PrintStates() {
+    Layout& layout = Cur();
+    for (size_t l = 0; l < layout.size(); ++l) {
+      const SsmCacheBase* ssm = layout.recurrent(l);
+      if (!ssm) continue;
+      for (int r = 0; r < layout.rows(); ++r) {
+        char hash[17];
+        std::snprintf(hash, sizeof(hash), "%016llx",
+                      static_cast<unsigned long long>(ssm->RowStateHash(r)));
+        Print("state " + p_.layers[l].name + " r" + std::to_string(r) + " " + hash);
+      }
+    }
   }
 
   Outcome ExpectSees(const Statement& st) {
@@ -579,27 +662,54 @@ class Runner {
       return "positions " + JoinInts(a.positions()) + " vs " + JoinInts(b.positions());
     }
     for (size_t l = 0; l < a.size(); ++l) {
+      const SsmCacheBase* ra = a.recurrent(l);
+      const SsmCacheBase* rb = b.recurrent(l);
+      if (ra && rb) {
+        const SsmShape& shape = ra->shape();
+        for (int r = 0; r < a.rows(); ++r) {
+          if (std::memcmp(ra->ConvState(r), rb->ConvState(r),
+                          shape.ConvFloats() * sizeof(float)) != 0) {
+            return "layer " + a.config(l).name + " row " + std::to_string(r) +
+                   ": conv state differs";
+          }
+          if (std::memcmp(ra->RecurrentState(r), rb->RecurrentState(r),
+                          shape.RecurrentFloats() * sizeof(float)) != 0) {
+            return "layer " + a.config(l).name + " row " + std::to_string(r) +
+                   ": recurrent state differs";
+          }
+        }
+        continue;
+      }
       const AttentionCache* ca = a.attention(l);
       const AttentionCache* cb = b.attention(l);
       if (!ca || !cb) continue;
       const KvView va = ca->View(), vb = cb->View();
       const size_t dim = static_cast<size_t>(va.dim);
+      const std::vector<int32_t> next = a.positions();
       for (int r = 0; r < a.rows(); ++r) {
+        // Every committed token of a kv layer; the last min(count, W - 1)
+        // of a ring (all a later query can still see). Aligned from the end:
+        // two schedules may leave different older tokens physically held.
         const std::vector<int32_t> sa = ca->LogicalSlots(r), sb = cb->LogicalSlots(r);
-        size_t keep = sa.size();
-        if (ca->window() != kNoWindow && IsRotatingCache(ca->kind())) {
+        size_t keep = static_cast<size_t>(next[r]);
+        if (IsRotatingCache(ca->kind())) {
           keep = std::min(keep, static_cast<size_t>(ca->window() - 1));
         }
-        for (size_t i = sa.size() - keep; i < sa.size(); ++i) {
-          bool same = va.slot_pos[r * va.slot_stride + sa[i]] ==
-                      vb.slot_pos[r * vb.slot_stride + sb[i]];
+        const std::string where = "layer " + a.config(l).name + " row " + std::to_string(r);
+        if (sa.size() < keep || sb.size() < keep) {
+          return where + " holds " + std::to_string(sa.size()) + " vs " +
+                 std::to_string(sb.size()) + " tokens, " + std::to_string(keep) + " compared";
+        }
+        for (size_t i = 0; i < keep; ++i) {
+          const int32_t xa = sa[sa.size() - keep + i], xb = sb[sb.size() - keep + i];
+          bool same = va.slot_pos[r * va.slot_stride + xa] == vb.slot_pos[r * vb.slot_stride + xb];
           for (int h = 0; same && h < va.kv_heads; ++h) {
-            same = std::memcmp(va.Key(r, h, sa[i]), vb.Key(r, h, sb[i]), dim * 4) == 0 &&
-                   std::memcmp(va.Value(r, h, sa[i]), vb.Value(r, h, sb[i]), dim * 4) == 0;
+            same = std::memcmp(va.Key(r, h, xa), vb.Key(r, h, xb), dim * 4) == 0 &&
+                   std::memcmp(va.Value(r, h, xa), vb.Value(r, h, xb), dim * 4) == 0;
           }
           if (!same) {
-            return "layer " + a.config(l).name + " row " + std::to_string(r) +
-                   " token " + std::to_string(i) + " differs";
+            return where + " position " +
+                   std::to_string(va.slot_pos[r * va.slot_stride + xa]) + " differs";
           }
         }
       }
@@ -614,6 +724,7 @@ class Runner {
   std::map<std::string, NamedLayout> layouts_;
   std::string current_;
   ContentIndex index_;
+  std::vector<std::vector<float>> conv_weights_;  // per ssm layer, [K][C]
   int status_ = 0;
   bool top_level_ = true;
   std::set<int> drop_lines_;

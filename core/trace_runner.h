@@ -44,6 +44,12 @@ class ContentIndex {
   // q, k, v of token (layer, id, pos): heads * dim floats each.
   static void AttentionToken(int layer, int32_t id, int32_t pos, int heads,
                              int dim, float* q, float* k, float* v);
+  // Pre-conv inputs x[C], gate g[Hv] = sigmoid(2 + a) and beta[Hv] =
+  // sigmoid(b) of recurrent token (layer, id, pos).
+  static void RecurrentToken(int layer, int32_t id, int32_t pos, size_t channels,
+                             size_t value_heads, float* x, float* gate, float* beta);
+  // Layer l's conv weights, time-major [K][C].
+  static std::vector<float> ConvWeights(int layer, size_t channels, size_t kernel);
   // The bit pattern the runner stores in pad columns (a quiet NaN).
   static float PadValue();
 

@@ -1,0 +1,236 @@
+#include "core/ssm_cache.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core/conv1d.h"
+#include "core/kv_cache.h"  // CheckForwardColumns
+
+namespace kvspec {
+
+GatedDeltaShape SsmShape::Delta() const {
+  GatedDeltaShape d;
+  d.value_heads = static_cast<size_t>(value_heads);
+  d.key_heads = static_cast<size_t>(key_heads);
+  d.dk = static_cast<size_t>(dk);
+  d.dv = static_cast<size_t>(dv);
+  d.gate_per_lane = gate_per_lane;
+  return d;
+}
+
+SsmCacheBase::SsmCacheBase(int rows, const SsmShape& shape)
+    : rows_(rows), shape_(shape),
+      row_floats_(shape.ConvFloats() + shape.RecurrentFloats()),
+      state_(static_cast<size_t>(rows) * 2 * row_floats_, 0.0f),
+      active_(static_cast<size_t>(rows), 0),
+      next_(static_cast<size_t>(rows), 0) {
+  const size_t hk = static_cast<size_t>(shape.key_heads) * shape.dk;
+  scratch_.resize(shape.Channels() + 2 * hk + static_cast<size_t>(shape.value_heads) * shape.dv);
+}
+
+size_t SsmCacheBase::allocatedBytes() const {
+  size_t bytes = state_.size() * sizeof(float);
+  for (const auto& r : record_) bytes += r.size() * sizeof(float);
+  return bytes;
+}
+
+size_t SsmCacheBase::RecordFloats() const {
+  const size_t hk = static_cast<size_t>(shape_.key_heads) * shape_.dk;
+  return shape_.Channels() + 2 * hk + static_cast<size_t>(shape_.value_heads) * shape_.dv +
+         shape_.GateFloats() + static_cast<size_t>(shape_.value_heads);
+}
+
+Status SsmCacheBase::CheckTrim(int32_t, bool) const {
+  return Status::Error("a recurrent (" + kind() +
+                       ") cache is not trimmable: roll back a speculative round instead");
+}
+
+Status SsmCacheBase::trim(int32_t n, bool bypass) { return CheckTrim(n, bypass); }
+
+void SsmCacheBase::HashState(Hasher* hasher) const {
+  hasher->Value(rows_);
+  hasher->Value(shape_.value_heads);
+  hasher->Value(shape_.key_heads);
+  hasher->Value(shape_.dk);
+  hasher->Value(shape_.dv);
+  hasher->Value(shape_.conv);
+  hasher->Value(shape_.gate_per_lane);
+  hasher->Value(columns_);
+  hasher->Vector(state_);
+  hasher->Vector(active_);
+  hasher->Vector(next_);
+  hasher->Value(armed_);
+  hasher->Value(verified_);
+  hasher->Vector(snapshot_);
+  hasher->Vector(round_real_);
+  for (const auto& r : record_) hasher->Vector(r);
+}
+
+const float* SsmCacheBase::ConvState(int row) const { return Buffer(row, active_[row]); }
+
+const float* SsmCacheBase::RecurrentState(int row) const {
+  return Buffer(row, active_[row]) + shape_.ConvFloats();
+}
+
+uint64_t SsmCacheBase::RowStateHash(int row) const {
+  Hasher h;
+  h.Bytes(ConvState(row), shape_.ConvFloats() * sizeof(float));
+  h.Bytes(RecurrentState(row), shape_.RecurrentFloats() * sizeof(float));
+  return h.value();
+}
+
+Status SsmCacheBase::CheckForward(const ForwardColumns& cols) const {
+  if (armed_ && verified_) {
+    return Status::Error("the round's verify forward has run: commit or roll back first");
+  }
+  return CheckForwardColumns(cols, next_);
+}
+
+void SsmCacheBase::Step(const float* src, float* dst, const float* w, const float* x,
+                        const float* gate, const float* beta, float* y,
+                        std::vector<float>* rec) {
+  const size_t C = shape_.Channels();
+  const size_t conv_floats = shape_.ConvFloats();
+  const size_t hk = static_cast<size_t>(shape_.key_heads) * shape_.dk;
+  const size_t hv = static_cast<size_t>(shape_.value_heads) * shape_.dv;
+  const GatedDeltaShape delta = shape_.Delta();
+  float* u = scratch_.data();
+  float* q = u + C;
+  float* k = q + hk;
+  ConvStep(w, src, dst, x, u, C, static_cast<size_t>(shape_.conv));
+  PrepareQueryKey(u, u + hk, q, k, delta);
+  const float* v = u + 2 * hk;
+  GatedDeltaStep(src + conv_floats, dst + conv_floats, q, k, v, gate, beta, y, delta);
+  if (rec) {
+    rec->insert(rec->end(), x, x + C);
+    rec->insert(rec->end(), q, q + hk);
+    rec->insert(rec->end(), k, k + hk);
+    rec->insert(rec->end(), v, v + hv);
+    rec->insert(rec->end(), gate, gate + shape_.GateFloats());
+    rec->insert(rec->end(), beta, beta + shape_.value_heads);
+  }
+}
+
+void SsmCacheBase::Replay(const float* src, float* dst, const float* rec) {
+  const size_t C = shape_.Channels();
+  const size_t conv_floats = shape_.ConvFloats();
+  const size_t hk = static_cast<size_t>(shape_.key_heads) * shape_.dk;
+  const size_t hv = static_cast<size_t>(shape_.value_heads) * shape_.dv;
+  const float* x = rec;
+  const float* q = x + C;
+  const float* k = q + hk;
+  const float* v = k + hk;
+  const float* gate = v + hv;
+  const float* beta = gate + shape_.GateFloats();
+  ConvShiftState(src, dst, x, C, static_cast<size_t>(shape_.conv));
+  float* y = scratch_.data() + C + 2 * hk;  // discarded
+  GatedDeltaStep(src + conv_floats, dst + conv_floats, q, k, v, gate, beta, y, shape_.Delta());
+}
+
+Status SsmCacheBase::Forward(const ForwardColumns& cols, const SsmIO& io) {
+  KVSPEC_RETURN_IF_ERROR(CheckForward(cols));
+  const size_t L = static_cast<size_t>(cols.columns);
+  const size_t C = shape_.Channels();
+  const size_t gf = shape_.GateFloats();
+  const size_t hv = static_cast<size_t>(shape_.value_heads);
+  const size_t yf = hv * shape_.dv;
+  const bool verify = armed_;
+  if (verify) {
+    round_real_.assign(static_cast<size_t>(rows_), 0);
+    record_.assign(static_cast<size_t>(rows_), {});
+  }
+  for (int r = 0; r < rows_; ++r) {
+    bool first = true;
+    for (size_t i = 0; i < L; ++i) {
+      const size_t at = r * L + i;
+      const int32_t col = static_cast<int32_t>(i);
+      float* y = io.y ? io.y + at * yf : nullptr;
+      if (col < cols.left[r] || col >= cols.columns - cols.right[r]) {
+        if (y) std::fill(y, y + yf, 0.0f);  // pad: no output, no state change
+        continue;
+      }
+      float* out = y ? y : scratch_.data() + C + 2 * static_cast<size_t>(shape_.key_heads) * shape_.dk;
+      if (verify) {
+        // Read the snapshot, write the other buffer: no copy of the state.
+        const int snap = snapshot_[r];
+        const float* src = first ? Buffer(r, snap) : Buffer(r, 1 - snap);
+        Step(src, Buffer(r, 1 - snap), io.conv_weights, io.x + at * C, io.gate + at * gf,
+             io.beta + at * hv, out, &record_[r]);
+        ++round_real_[r];
+      } else {
+        float* s = Buffer(r, active_[r]);
+        Step(s, s, io.conv_weights, io.x + at * C, io.gate + at * gf, io.beta + at * hv, out,
+             nullptr);
+      }
+      first = false;
+    }
+    next_[r] += cols.Real(r);
+    if (verify && round_real_[r] > 0) active_[r] = static_cast<uint8_t>(1 - snapshot_[r]);
+  }
+  if (verify) verified_ = true;
+  columns_ += cols.columns;
+  return Status::Ok();
+}
+
+Status SsmCacheBase::ArmRound() {
+  if (armed_) return Status::Error("a round is already armed");
+  armed_ = true;
+  verified_ = false;
+  snapshot_ = active_;
+  round_real_.assign(static_cast<size_t>(rows_), 0);
+  record_.assign(static_cast<size_t>(rows_), {});
+  return Status::Ok();
+}
+
+Status SsmCacheBase::Commit() {
+  if (!armed_) return Status::Error("commit without an armed round");
+  armed_ = false;
+  verified_ = false;
+  snapshot_.clear();
+  round_real_.clear();
+  record_.clear();
+  return Status::Ok();
+}
+
+Status SsmCacheBase::CheckRollback(const std::vector<int32_t>& keep) const {
+  if (!armed_) return Status::Error("rollback without an armed round");
+  if (!verified_) return Status::Error("rollback before the round's verify forward");
+  if (keep.size() != static_cast<size_t>(rows_)) {
+    return Status::Error("rollback takes one keep count per row (" + std::to_string(rows_) +
+                         "), got " + std::to_string(keep.size()));
+  }
+  for (int r = 0; r < rows_; ++r) {
+    if (keep[r] < 0 || keep[r] > round_real_[r]) {
+      return Status::Error("rollback: row " + std::to_string(r) + " keeps " +
+                           std::to_string(keep[r]) + " of a round of " +
+                           std::to_string(round_real_[r]) + " tokens");
+    }
+  }
+  return Status::Ok();
+}
+
+Status SsmCacheBase::Rollback(const std::vector<int32_t>& keep) {
+  KVSPEC_RETURN_IF_ERROR(CheckRollback(keep));
+  const size_t per_token = RecordFloats();
+  int32_t common = round_real_[0] - keep[0];
+  for (int r = 0; r < rows_; ++r) {
+    const int32_t drop = round_real_[r] - keep[r];
+    common = std::min(common, drop);
+    next_[r] -= drop;
+    if (drop == 0) continue;  // full accept for this row: the result stands
+    const int snap = snapshot_[r];
+    active_[r] = static_cast<uint8_t>(snap);
+    if (keep[r] == 0) continue;  // the snapshot itself
+    // Replay the kept tokens from the snapshot into the other buffer.
+    float* dst = Buffer(r, 1 - snap);
+    for (int32_t t = 0; t < keep[r]; ++t) {
+      Replay(t == 0 ? Buffer(r, snap) : dst, dst, &record_[r][t * per_token]);
+    }
+    active_[r] = static_cast<uint8_t>(1 - snap);
+  }
+  columns_ -= common;
+  return Commit();
+}
+
+}  // namespace kvspec

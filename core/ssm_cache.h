@@ -1,0 +1,141 @@
+// Recurrent gated-DeltaNet caches: SsmCache (kind "ssm", one row) and
+// BatchedSsmCache ("batched_ssm").
+//
+// State per row: the causal-conv state [K-1][C] (the last K - 1 pre-conv
+// inputs of every channel, oldest first) and the recurrent state
+// [Hv][dv][dk], fp32. Channels C = 2*Hk*dk + Hv*dv: the q part, the k part
+// (key head kh owns kh*dk .. kh*dk+dk-1 of each), then the v part. Padding
+// columns leave both states unchanged. The state does not grow:
+// bytesPerToken() is 0; the cache is never trimmable.
+//
+// Speculative rounds without a state copy: two state buffers per row.
+// ArmRound() marks each row's current buffer as the snapshot; the verify
+// forward reads the snapshot and writes the other buffer, recording each
+// token's position-local kernel inputs (pre-conv x; prepared q, k; v; gate;
+// beta). Commit() keeps the result; Rollback(keep) points a row back at its
+// snapshot and replays the first keep[r] recorded tokens through the same
+// step functions, so the state is byte-identical to a run that only ever
+// saw the accepted tokens.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "core/cache.h"
+#include "core/gated_delta.h"
+
+namespace kvspec {
+
+struct SsmShape {
+  int value_heads = 1;  // Hv
+  int key_heads = 1;    // Hk, divides Hv
+  int dk = 4;
+  int dv = 4;
+  int conv = 4;  // K, 1..kMaxConvKernel
+  bool gate_per_lane = false;
+
+  size_t Channels() const {
+    return 2 * static_cast<size_t>(key_heads) * dk + static_cast<size_t>(value_heads) * dv;
+  }
+  size_t ConvFloats() const { return static_cast<size_t>(conv - 1) * Channels(); }
+  size_t RecurrentFloats() const {
+    return static_cast<size_t>(value_heads) * dv * dk;
+  }
+  size_t GateFloats() const {
+    return static_cast<size_t>(value_heads) * (gate_per_lane ? dk : 1);
+  }
+  GatedDeltaShape Delta() const;
+};
+
+// One recurrent layer's inputs and outputs for a forward of L columns.
+struct SsmIO {
+  const float* conv_weights = nullptr;  // [K][C], w[K-1] multiplies the current token
+  const float* x = nullptr;             // [rows][L][C] pre-conv inputs
+  const float* gate = nullptr;          // [rows][L][Hv] (or [rows][L][Hv][dk])
+  const float* beta = nullptr;          // [rows][L][Hv]
+  float* y = nullptr;                   // [rows][L][Hv][dv]; may be null
+};
+
+class SsmCacheBase : public Cache {
+ public:
+  SsmCacheBase(int rows, const SsmShape& shape);
+
+  int rows() const override { return rows_; }
+  int64_t columns() const override { return columns_; }
+  std::vector<int32_t> positions() const override { return next_; }
+  size_t bytesPerToken() const override { return 0; }
+  size_t allocatedBytes() const override;
+  bool isTrimmable() const override { return false; }
+  Status CheckTrim(int32_t n, bool bypass) const override;
+  Status trim(int32_t n, bool bypass = false) override;
+  void HashState(Hasher* hasher) const override;
+
+  const SsmShape& shape() const { return shape_; }
+  Status CheckForward(const ForwardColumns& cols) const;
+  Status Forward(const ForwardColumns& cols, const SsmIO& io);
+
+  bool armed() const { return armed_; }
+  bool verified() const { return verified_; }
+  Status ArmRound();
+  Status Commit();
+  Status CheckRollback(const std::vector<int32_t>& keep) const;
+  // keep: one count per row, at most the row's real tokens in the round.
+  Status Rollback(const std::vector<int32_t>& keep);
+
+  // The row's current states.
+  const float* ConvState(int row) const;       // [K-1][C]
+  const float* RecurrentState(int row) const;  // [Hv][dv][dk]
+  // FNV-1a 64 over the row's conv state bytes, then its recurrent state bytes.
+  uint64_t RowStateHash(int row) const;
+
+ private:
+  float* Buffer(int row, int which) {
+    return &state_[(static_cast<size_t>(row) * 2 + which) * row_floats_];
+  }
+  const float* Buffer(int row, int which) const {
+    return &state_[(static_cast<size_t>(row) * 2 + which) * row_floats_];
+  }
+  // One token: conv, prepare, recurrence; src may equal dst. Records the
+  // position-local inputs into rec when non-null.
+  void Step(const float* src, float* dst, const float* w, const float* x, const float* gate,
+            const float* beta, float* y, std::vector<float>* rec);
+  // Replays one recorded token (layout of Step's record).
+  void Replay(const float* src, float* dst, const float* rec);
+  size_t RecordFloats() const;
+
+  int rows_;
+  SsmShape shape_;
+  size_t row_floats_;              // conv + recurrent floats of one buffer
+  std::vector<float> state_;       // [rows][2][conv | recurrent]
+  std::vector<uint8_t> active_;    // [rows] current buffer (0 or 1)
+  std::vector<int32_t> next_;      // [rows]
+  int64_t columns_ = 0;
+
+  bool armed_ = false;
+  bool verified_ = false;
+  std::vector<uint8_t> snapshot_;            // [rows] buffer holding the pre-round state
+  std::vector<int32_t> round_real_;          // [rows] real tokens of the verify forward
+  std::vector<std::vector<float>> record_;   // [rows] recorded token inputs
+  std::vector<float> scratch_;               // u, q, k, y of one token
+};
+
+class SsmCache final : public WithKind<SsmCache, SsmCacheBase> {
+ public:
+  static constexpr std::string_view kKind = kKindSsm;
+  explicit SsmCache(const SsmShape& shape) : WithKind(1, shape) {}
+  std::unique_ptr<Cache> Copy() const override { return std::make_unique<SsmCache>(*this); }
+};
+
+class BatchedSsmCache final : public WithKind<BatchedSsmCache, SsmCacheBase> {
+ public:
+  static constexpr std::string_view kKind = kKindBatchedSsm;
+  BatchedSsmCache(int rows, const SsmShape& shape) : WithKind(rows, shape) {}
+  std::unique_ptr<Cache> Copy() const override {
+    return std::make_unique<BatchedSsmCache>(*this);
+  }
+};
+
+}  // namespace kvspec
