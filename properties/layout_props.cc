@@ -34,6 +34,7 @@
 #include "core/kv_cache.h"
 #include "core/layout.h"
 #include "core/mask.h"
+#include "core/ssm_cache.h"
 #include "core/trace_runner.h"
 #include "core/values.h"
 
@@ -57,8 +58,19 @@ struct LayerShape {
   int dim = 4;
   int32_t window = kNoWindow;
   int32_t capacity = 0;  // > 0: a rotating ring of this capacity (>= window)
+  bool recurrent = false;  // an ssm layer: heads = value heads, group = heads / kheads
+  int dk = 4, dv = 4, conv = 4;
   int QueryHeads() const { return heads * group; }
   bool ring() const { return capacity > 0; }
+  SsmShape Ssm() const {
+    SsmShape s;
+    s.value_heads = heads;
+    s.key_heads = heads / group;
+    s.dk = dk;
+    s.dv = dv;
+    s.conv = conv;
+    return s;
+  }
 };
 
 struct Config {
@@ -69,6 +81,12 @@ struct Config {
     std::ostringstream s;
     s << "trace 1\nrows " << rows << "\n";
     for (size_t l = 0; l < layers.size(); ++l) {
+      if (layers[l].recurrent) {
+        const SsmShape m = layers[l].Ssm();
+        s << "layer l" << l << " ssm heads=" << m.value_heads << " kheads=" << m.key_heads
+          << " dk=" << m.dk << " dv=" << m.dv << " conv=" << m.conv << "\n";
+        continue;
+      }
       s << "layer l" << l << (layers[l].ring() ? " rotating" : " kv")
         << " heads=" << layers[l].heads << " dim=" << layers[l].dim;
       if (layers[l].window != kNoWindow) s << " window=" << layers[l].window;
@@ -93,7 +111,18 @@ rc::Gen<Config> GenConfig() {
       s.heads = *rc::gen::inRange(1, 4);
       s.group = *rc::gen::inRange(1, 3);
       s.dim = *rc::gen::inRange(1, 21);
-      const int kind = *rc::gen::inRange(0, 5);  // 0-1 plain, 2 windowed plain, 3-4 ring
+      const int kind = *rc::gen::inRange(0, 6);  // 0-1 plain, 2 windowed, 3-4 ring, 5 ssm
+      if (kind == 5) {
+        s.recurrent = true;
+        const int kheads = *rc::gen::inRange(1, 3);
+        s.heads = kheads * s.group;
+        s.group = s.heads / kheads;
+        s.dk = *rc::gen::inRange(1, 9);
+        s.dv = *rc::gen::inRange(1, 6);
+        s.conv = *rc::gen::inRange(1, 5);
+        c.layers.push_back(s);
+        continue;
+      }
       s.window = kind < 2 ? kNoWindow : *rc::gen::inRange<int32_t>(1, 9);
       if (kind >= 3) {
         // Rings often share a shape, so that several read one mask.
@@ -163,6 +192,12 @@ struct Model {
 
   int64_t Columns() const { return cols.empty() ? 0 : static_cast<int64_t>(cols[0].size()); }
   bool Wrapped(const LayerShape& s) const { return s.ring() && peak > s.capacity; }
+  bool AnySsm() const {
+    for (const LayerShape& s : cfg.layers) {
+      if (s.recurrent) return true;
+    }
+    return false;
+  }
   bool AnyWrapped() const {
     for (const LayerShape& s : cfg.layers) {
       if (Wrapped(s)) return true;
@@ -264,10 +299,58 @@ bool SameBits(const float* a, const float* b, size_t n) {
   return std::memcmp(a, b, n * sizeof(float)) == 0;
 }
 
+// A fresh single-row recurrent cache fed row r's real tokens as one window:
+// returns every token's y and, when `state` is given, the cache.
+std::vector<float> CleanRecurrent(const Model& m, int layer, int r,
+                                  std::unique_ptr<SsmCache>* state) {
+  const SsmShape shape = m.cfg.layers[layer].Ssm();
+  const std::vector<Entry> tokens = m.Tokens(r);
+  const size_t C = shape.Channels(), hv = static_cast<size_t>(shape.value_heads);
+  const size_t n = tokens.size();
+  auto cache = std::make_unique<SsmCache>(shape);
+  std::vector<float> x(n * C), g(n * hv), b(n * hv), y(n * hv * shape.dv);
+  for (size_t j = 0; j < n; ++j) {
+    ContentIndex::RecurrentToken(layer, tokens[j].id, tokens[j].pos, C, hv, &x[j * C],
+                                 &g[j * hv], &b[j * hv]);
+  }
+  if (n > 0) {
+    const std::vector<float> w = ContentIndex::ConvWeights(layer, C, shape.conv);
+    SsmIO io;
+    io.conv_weights = w.data();
+    io.x = x.data();
+    io.gate = g.data();
+    io.beta = b.data();
+    io.y = y.data();
+    RC_ASSERT(cache->Forward(ForwardColumns::Dense(1, static_cast<int32_t>(n)), io).ok());
+  }
+  if (state) *state = std::move(cache);
+  return y;
+}
+
+// Every recurrent layer's rows hold, byte for byte, the state of a clean
+// run over only their real tokens.
+void CheckRecurrent(const Model& m, const Layout& layout) {
+  for (size_t l = 0; l < m.cfg.layers.size(); ++l) {
+    if (!m.cfg.layers[l].recurrent) continue;
+    const SsmCacheBase* ssm = layout.recurrent(l);
+    RC_ASSERT(ssm != nullptr);
+    const SsmShape shape = m.cfg.layers[l].Ssm();
+    for (int r = 0; r < m.cfg.rows; ++r) {
+      std::unique_ptr<SsmCache> clean;
+      CleanRecurrent(m, static_cast<int>(l), r, &clean);
+      RC_ASSERT(std::memcmp(ssm->ConvState(r), clean->ConvState(0),
+                            shape.ConvFloats() * sizeof(float)) == 0);
+      RC_ASSERT(std::memcmp(ssm->RecurrentState(r), clean->RecurrentState(0),
+                            shape.RecurrentFloats() * sizeof(float)) == 0);
+    }
+  }
+}
+
 // isTrimmable() of every layer: a ring is trimmable until it has wrapped.
 void CheckTrimmable(const Model& m, const Layout& layout) {
   for (size_t l = 0; l < m.cfg.layers.size(); ++l) {
-    RC_ASSERT(layout.cache(l).isTrimmable() == !m.Wrapped(m.cfg.layers[l]));
+    const bool trimmable = !m.cfg.layers[l].recurrent && !m.Wrapped(m.cfg.layers[l]);
+    RC_ASSERT(layout.cache(l).isTrimmable() == trimmable);
   }
 }
 
@@ -349,9 +432,40 @@ struct ForwardCmd : Command {
     const std::vector<int32_t> next = m.Positions();
     const size_t nl = m.cfg.layers.size();
     std::vector<std::vector<float>> q(nl), k(nl), v(nl), o(nl), ref(nl);
+    std::vector<std::vector<float>> weights(nl);
     std::vector<AttentionIO> io(nl);
     for (size_t l = 0; l < nl; ++l) {
       const LayerShape& s = m.cfg.layers[l];
+      if (s.recurrent) {
+        // x -> q, gate -> k, beta -> v; y -> o. Pads hold garbage.
+        const SsmShape shape = s.Ssm();
+        const size_t C = shape.Channels(), hv = static_cast<size_t>(shape.value_heads);
+        q[l].resize(rows * L * C);
+        k[l].resize(rows * L * hv);
+        v[l].resize(rows * L * hv);
+        for (size_t i = 0; i < q[l].size(); ++i) q[l][i] = Garbage(pad_seed ^ (l << 8), i);
+        for (size_t i = 0; i < k[l].size(); ++i) {
+          k[l][i] = Garbage(pad_seed ^ (l << 8) ^ 1, i);
+          v[l][i] = Garbage(pad_seed ^ (l << 8) ^ 2, i);
+        }
+        for (int r = 0; r < rows; ++r) {
+          for (int32_t j = 0; j < cols.Real(r); ++j) {
+            const size_t c = r * L + static_cast<size_t>(cols.left[r] + j);
+            ContentIndex::RecurrentToken(static_cast<int>(l), ids[r][j], next[r] + j, C, hv,
+                                         &q[l][c * C], &k[l][c * hv], &v[l][c * hv]);
+          }
+        }
+        weights[l] = ContentIndex::ConvWeights(static_cast<int>(l), C, shape.conv);
+        o[l].assign(rows * L * hv * shape.dv, 0.0f);
+        SsmIO ssm;
+        ssm.conv_weights = weights[l].data();
+        ssm.x = q[l].data();
+        ssm.gate = k[l].data();
+        ssm.beta = v[l].data();
+        ssm.y = o[l].data();
+        io[l] = AttentionIO(ssm);
+        continue;
+      }
       const size_t hd = static_cast<size_t>(s.heads) * s.dim;
       const size_t qd = static_cast<size_t>(s.QueryHeads()) * s.dim;
       q[l].resize(rows * L * qd);
@@ -383,8 +497,22 @@ struct ForwardCmd : Command {
     apply(after);
     RC_ASSERT(layout.positions() == after.Positions());
     CheckTrimmable(after, layout);
+    CheckRecurrent(after, layout);
     for (size_t l = 0; l < nl; ++l) {
       const LayerShape& shape = m.cfg.layers[l];
+      if (shape.recurrent) {
+        // Each real token's y equals a clean single-row run's, bit for bit.
+        const size_t yf = static_cast<size_t>(shape.heads) * shape.dv;
+        for (int r = 0; r < rows; ++r) {
+          const std::vector<float> clean = CleanRecurrent(after, static_cast<int>(l), r, nullptr);
+          for (int32_t j = 0; j < cols.Real(r); ++j) {
+            const size_t col = r * L + static_cast<size_t>(cols.left[r] + j);
+            const size_t token = static_cast<size_t>(next[r] + j);
+            RC_ASSERT(SameBits(&o[l][col * yf], &clean[token * yf], yf));
+          }
+        }
+        continue;
+      }
       const size_t hd = static_cast<size_t>(shape.heads) * shape.dim;
       const size_t qd = static_cast<size_t>(shape.QueryHeads()) * shape.dim;
       for (int r = 0; r < rows; ++r) {
@@ -401,7 +529,7 @@ struct ForwardCmd : Command {
       // stay in lockstep (same slots, same phase).
       for (size_t l2 = 0; l2 < l; ++l2) {
         const LayerShape& s2 = m.cfg.layers[l2];
-        if (s2.window != shape.window || s2.capacity != shape.capacity) continue;
+        if (s2.recurrent || s2.window != shape.window || s2.capacity != shape.capacity) continue;
         RC_ASSERT(layout.LastMask(l2) == mask);
         const KvView other = layout.attention(l2)->View();
         RC_ASSERT(other.slots == view.slots);
@@ -478,7 +606,7 @@ struct TrimCmd : Command {
     bypass = *rc::gen::arbitrary<bool>();
   }
   bool Refused(const Model& m) const {
-    if (m.armed) return true;
+    if (m.armed || m.AnySsm()) return true;
     if (!bypass && m.AnyWrapped()) return true;
     for (int r = 0; r < m.cfg.rows; ++r) {
       if (m.Next(r) < n) return true;
@@ -574,6 +702,7 @@ struct AcceptCmd : Command {
     RC_ASSERT(sut.layout->positions() == after.Positions());
     RC_ASSERT(sut.layout->armed() == after.armed);
     CheckTrimmable(after, *sut.layout);
+    CheckRecurrent(after, *sut.layout);
   }
   void show(std::ostream& os) const override { os << "accept " << Join(keep); }
 };
@@ -585,6 +714,13 @@ std::unique_ptr<Layout> BuildLayout(const Config& c) {
     lc.name = "l" + std::to_string(l);
     lc.type = c.layers[l].ring() ? LayerType::kRotating : LayerType::kKv;
     lc.capacity = c.layers[l].capacity;
+    if (c.layers[l].recurrent) {
+      lc.type = LayerType::kSsm;
+      lc.kheads = c.layers[l].heads / c.layers[l].group;
+      lc.dk = c.layers[l].dk;
+      lc.dv = c.layers[l].dv;
+      lc.conv = c.layers[l].conv;
+    }
     lc.heads = c.layers[l].heads;
     lc.q_heads = c.layers[l].QueryHeads();
     lc.dim = c.layers[l].dim;
@@ -615,6 +751,13 @@ RC_GTEST_PROP(LayoutProps, KvOperationSequencesMatchTheModel, ()) {
 RC_GTEST_PROP(LayoutProps, ChunkingInvariance, ()) {
   Config cfg = *GenConfig();
   cfg.rows = 1;
+  // Attention layers only (recurrent chunking is covered by ssm_props).
+  std::vector<LayerShape> attention;
+  for (const LayerShape& s : cfg.layers) {
+    if (!s.recurrent) attention.push_back(s);
+  }
+  if (attention.empty()) attention.push_back(LayerShape());
+  cfg.layers = attention;
   const int32_t total = *rc::gen::inRange<int32_t>(1, 40);
   std::vector<int32_t> chunks;
   for (int32_t left = total; left > 0;) {
