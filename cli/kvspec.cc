@@ -45,9 +45,8 @@ const char kTraceUsage[] =
     "  --max-memory MIB  storage budget over all layouts of one trace\n"
     "                    (default 4096); a trace needing more stops, exit 2\n"
     "\n"
-    "Supported now: kv layers and every statement except join, filter,\n"
-    "extract and reload; rotating and ssm layers are refused as not supported\n"
-    "yet.\n"
+    "Supported now: kv, rotating and ssm layers and every statement except\n"
+    "reload (refused as not supported yet).\n"
     "\n"
     "exit status: 0 all expectations met, 1 a refused operation or a failed\n"
     "expectation, 2 a syntax error or a limit; over several files the largest.\n";

@@ -320,4 +320,95 @@ std::vector<int32_t> ColumnStore::LogicalSlots(int row) const {
   return slots;
 }
 
+bool ColumnStore::SameShape(const ColumnStore& o) const {
+  return kv_heads_ == o.kv_heads_ && dim_ == o.dim_ && window_ == o.window_ &&
+         ring_capacity_ == o.ring_capacity_;
+}
+
+void ColumnStore::GatherRows(const std::vector<RowSource>& sources, int64_t columns,
+                             int64_t peak) {
+  int64_t held = 0;
+  for (const RowSource& src : sources) held = std::max(held, src.store->held_);
+  // Right-justified: a plain cache holds every column, pads included.
+  if (ring_capacity_ == 0) held = columns;
+  const size_t slots = std::max<size_t>(
+      {static_cast<size_t>(held), static_cast<size_t>(ring_capacity_), 1});
+  const size_t dim = static_cast<size_t>(dim_);
+  k_.assign(static_cast<size_t>(rows_) * kv_heads_ * slots * dim, 0.0f);
+  v_.assign(k_.size(), 0.0f);
+  slot_pos_.assign(static_cast<size_t>(rows_) * slots, -1);
+  slots_ = slots;
+  first_ = 0;
+  held_ = held;
+  for (int r = 0; r < rows_; ++r) {
+    const ColumnStore& src = *sources[r].store;
+    const int sr = sources[r].row;
+    for (int64_t c = 0; c < held; ++c) {
+      const int64_t from = src.held_ - (held - c);  // same distance from the newest column
+      if (from < 0) continue;                      // left padding in front
+      const size_t fs = src.Slot(from);
+      for (int h = 0; h < kv_heads_; ++h) {
+        const size_t in = ((static_cast<size_t>(sr) * kv_heads_ + h) * src.slots_ + fs) * dim;
+        const size_t out = ((static_cast<size_t>(r) * kv_heads_ + h) * slots + c) * dim;
+        std::memcpy(&k_[out], &src.k_[in], dim * sizeof(float));
+        std::memcpy(&v_[out], &src.v_[in], dim * sizeof(float));
+      }
+      slot_pos_[r * slots + c] = src.slot_pos_[sr * src.slots_ + fs];
+    }
+    next_[r] = src.next_[sr];
+  }
+  columns_ = columns;
+  peak_ = std::max(peak, columns);
+  peak_before_write_ = peak_;
+  last_write_real_.clear();
+  last_write_was_decode_ = false;
+  CountHeldPads();
+}
+
+void ColumnStore::GatherRealTokens(const ColumnStore& src, int row) {
+  const std::vector<int32_t> real = src.LogicalSlots(row);
+  const int64_t count = src.next_[row];
+  const int64_t held = static_cast<int64_t>(real.size());
+  const size_t slots = std::max<size_t>(
+      {static_cast<size_t>(held), static_cast<size_t>(ring_capacity_), 1});
+  const size_t dim = static_cast<size_t>(dim_);
+  k_.assign(static_cast<size_t>(kv_heads_) * slots * dim, 0.0f);
+  v_.assign(k_.size(), 0.0f);
+  slot_pos_.assign(slots, -1);
+  slots_ = slots;
+  first_ = 0;
+  held_ = held;
+  for (int64_t c = 0; c < held; ++c) {
+    for (int h = 0; h < kv_heads_; ++h) {
+      const size_t in = ((static_cast<size_t>(row) * kv_heads_ + h) * src.slots_ + real[c]) * dim;
+      const size_t out = (static_cast<size_t>(h) * slots + c) * dim;
+      std::memcpy(&k_[out], &src.k_[in], dim * sizeof(float));
+      std::memcpy(&v_[out], &src.v_[in], dim * sizeof(float));
+    }
+    slot_pos_[c] = src.slot_pos_[row * src.slots_ + real[c]];
+  }
+  next_[0] = static_cast<int32_t>(count);
+  columns_ = held;
+  peak_ = held;
+  if (held < count) {
+    // Older tokens are gone: the row can only behave as a wrapped ring.
+    columns_ = count;
+    peak_ = std::max<int64_t>(count, ring_capacity_ + 1);
+  }
+  peak_before_write_ = peak_;
+  last_write_real_.clear();
+  last_write_was_decode_ = false;
+  CountHeldPads();
+}
+
+std::unique_ptr<ColumnStore> NewColumnStore(bool batched, int rows, int kv_heads, int dim,
+                                            int32_t window, int32_t ring_capacity) {
+  if (ring_capacity > 0) {
+    if (!batched) return std::make_unique<RotatingCache>(kv_heads, dim, window, ring_capacity);
+    return std::make_unique<BatchedRotatingCache>(rows, kv_heads, dim, window, ring_capacity);
+  }
+  if (!batched) return std::make_unique<KvCache>(kv_heads, dim, window);
+  return std::make_unique<BatchedKvCache>(rows, kv_heads, dim, window);
+}
+
 }  // namespace kvspec

@@ -112,6 +112,24 @@ class ColumnStore : public AttentionCache {
   // Physical slots of the buffer (S).
   size_t physicalSlots() const { return slots_; }
 
+  // Batch lifecycle building blocks (used by core/batch.h).
+  struct RowSource {
+    const ColumnStore* store;
+    int row;
+  };
+  // Same kind family and shape (heads, dim, window, ring capacity).
+  bool SameShape(const ColumnStore& other) const;
+  // Fills this empty store (rows() == sources.size()) with the sources'
+  // rows, each right-justified in `columns` columns: a row whose store has
+  // fewer columns gets left padding in front. Every held column of every
+  // source is kept, in logical order; the ring phase restarts at slot 0.
+  void GatherRows(const std::vector<RowSource>& sources, int64_t columns, int64_t peak);
+  // Fills this empty single-row store with the real tokens of src's row, as
+  // a cache fed only them: no pad columns. A ring whose row lost a token it
+  // would still hold physically counts as wrapped (not trimmable).
+  void GatherRealTokens(const ColumnStore& src, int row);
+  int64_t peak() const { return peak_; }
+
  protected:
   // Older columns a write must keep: all while not wrapped, else W - 1.
   int64_t ColumnsToKeep() const;
@@ -189,6 +207,11 @@ class BatchedRotatingCache final : public WithKind<BatchedRotatingCache, ColumnS
     return std::make_unique<BatchedRotatingCache>(*this);
   }
 };
+
+// A plain (ring_capacity 0) or ring cache of the given shape, of the
+// single-row kind when !batched (then rows must be 1).
+std::unique_ptr<ColumnStore> NewColumnStore(bool batched, int rows, int kv_heads, int dim,
+                                            int32_t window, int32_t ring_capacity);
 
 // Checks `cols` against a batch of rows with next positions `next`:
 // row count, left + right <= L, left padding only on an empty row.

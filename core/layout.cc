@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/batch.h"
 #include "core/conv1d.h"
 
 namespace kvspec {
@@ -306,6 +307,75 @@ Status Layout::Accept(const std::vector<int32_t>& keep) {
   verified_ = false;
   verify_real_.clear();
   bypass_bound_.clear();
+  return Status::Ok();
+}
+
+namespace {
+
+bool SameLayer(const LayerConfig& a, const LayerConfig& b) {
+  return a.name == b.name && a.type == b.type && a.heads == b.heads &&
+         a.QueryHeads() == b.QueryHeads() && a.dim == b.dim && a.window == b.window &&
+         a.capacity == b.capacity && a.kheads == b.kheads && a.dk == b.dk && a.dv == b.dv &&
+         a.conv == b.conv;
+}
+
+}  // namespace
+
+Status Layout::Filter(const std::vector<int32_t>& rows) {
+  if (armed_) return Status::Error("filter is refused while a round is armed");
+  std::vector<std::unique_ptr<Cache>> layers;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    std::unique_ptr<Cache> c;
+    Status s = FilterRows(*layers_[i], rows, &c);
+    if (!s.ok()) return Status::Error(LayerName(configs_[i], i) + ": " + s.message());
+    layers.push_back(std::move(c));
+  }
+  layers_.swap(layers);
+  rows_ = static_cast<int>(rows.size());
+  ForgetLastForward();
+  bypass_bound_.clear();
+  return Status::Ok();
+}
+
+Status Layout::Join(const Layout& other) {
+  if (armed_ || other.armed_) return Status::Error("join is refused while a round is armed");
+  if (&other == this) return Status::Error("a layout cannot join itself");
+  if (other.configs_.size() != configs_.size()) {
+    return Status::Error("join needs the same layer list");
+  }
+  for (size_t i = 0; i < configs_.size(); ++i) {
+    if (!SameLayer(configs_[i], other.configs_[i])) {
+      return Status::Error("join needs the same layer list (" + LayerName(configs_[i], i) +
+                           " differs)");
+    }
+  }
+  std::vector<std::unique_ptr<Cache>> layers;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    std::unique_ptr<Cache> c;
+    Status s = JoinRows(*layers_[i], *other.layers_[i], &c);
+    if (!s.ok()) return Status::Error(LayerName(configs_[i], i) + ": " + s.message());
+    layers.push_back(std::move(c));
+  }
+  layers_.swap(layers);
+  rows_ += other.rows_;
+  ForgetLastForward();
+  bypass_bound_.clear();
+  return Status::Ok();
+}
+
+Status Layout::Extract(int32_t row, std::unique_ptr<Layout>* out) const {
+  if (armed_) return Status::Error("extract is refused while a round is armed");
+  std::unique_ptr<Layout> layout(new Layout());
+  layout->rows_ = 1;
+  layout->configs_ = configs_;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    std::unique_ptr<Cache> c;
+    Status s = ExtractRow(*layers_[i], row, &c);
+    if (!s.ok()) return Status::Error(LayerName(configs_[i], i) + ": " + s.message());
+    layout->layers_.push_back(std::move(c));
+  }
+  layout->mask_of_layer_.assign(layers_.size(), -1);
+  *out = std::move(layout);
   return Status::Ok();
 }
 

@@ -94,6 +94,12 @@ class Layout {
   bool armed() const { return armed_; }
   bool verified() const { return verified_; }
 
+  // Batch lifecycle (core/batch.h) across every layer, all or nothing;
+  // refused while a round is armed (on either side of a join).
+  Status Filter(const std::vector<int32_t>& rows);
+  Status Join(const Layout& other);
+  Status Extract(int32_t row, std::unique_ptr<Layout>* out) const;
+
   // The mask layer `layer` read in the last forward; null when there was
   // none since the last change. Valid until the next operation.
   const Mask* LastMask(size_t layer) const;

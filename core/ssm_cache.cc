@@ -233,4 +233,27 @@ Status SsmCacheBase::Rollback(const std::vector<int32_t>& keep) {
   return Commit();
 }
 
+bool SsmCacheBase::SameShape(const SsmCacheBase& o) const {
+  return shape_.value_heads == o.shape_.value_heads && shape_.key_heads == o.shape_.key_heads &&
+         shape_.dk == o.shape_.dk && shape_.dv == o.shape_.dv && shape_.conv == o.shape_.conv &&
+         shape_.gate_per_lane == o.shape_.gate_per_lane;
+}
+
+void SsmCacheBase::GatherRows(const std::vector<RowSource>& sources, int64_t columns) {
+  for (int r = 0; r < rows_; ++r) {
+    const SsmCacheBase& src = *sources[r].cache;
+    const int sr = sources[r].row;
+    std::memcpy(Buffer(r, 0), src.Buffer(sr, src.active_[sr]), row_floats_ * sizeof(float));
+    std::fill(Buffer(r, 1), Buffer(r, 1) + row_floats_, 0.0f);
+    active_[r] = 0;
+    next_[r] = src.next_[sr];
+  }
+  columns_ = columns;
+}
+
+std::unique_ptr<SsmCacheBase> NewSsmCache(bool batched, int rows, const SsmShape& shape) {
+  if (!batched) return std::make_unique<SsmCache>(shape);
+  return std::make_unique<BatchedSsmCache>(rows, shape);
+}
+
 }  // namespace kvspec

@@ -91,6 +91,16 @@ class SsmCacheBase : public Cache {
   // FNV-1a 64 over the row's conv state bytes, then its recurrent state bytes.
   uint64_t RowStateHash(int row) const;
 
+  // Batch lifecycle building blocks (used by core/batch.h); refused rounds
+  // are the caller's business: sources must not be armed.
+  struct RowSource {
+    const SsmCacheBase* cache;
+    int row;
+  };
+  bool SameShape(const SsmCacheBase& other) const;
+  // Fills this store (rows() == sources.size()) with the sources' rows.
+  void GatherRows(const std::vector<RowSource>& sources, int64_t columns);
+
  private:
   float* Buffer(int row, int which) {
     return &state_[(static_cast<size_t>(row) * 2 + which) * row_floats_];
@@ -137,5 +147,7 @@ class BatchedSsmCache final : public WithKind<BatchedSsmCache, SsmCacheBase> {
     return std::make_unique<BatchedSsmCache>(*this);
   }
 };
+
+std::unique_ptr<SsmCacheBase> NewSsmCache(bool batched, int rows, const SsmShape& shape);
 
 }  // namespace kvspec

@@ -329,12 +329,38 @@ class Runner {
         current_ = st.name;
         return {};
       }
-      case Op::kJoin:
-        return Outcome::Refused("join is not supported yet");
-      case Op::kFilter:
-        return Outcome::Refused("filter is not supported yet");
-      case Op::kExtract:
-        return Outcome::Refused("extract is not supported yet");
+      case Op::kJoin: {
+        auto it = layouts_.find(st.name);
+        if (it == layouts_.end()) {
+          return Outcome::Refused("join: no layout named '" + st.name + "'");
+        }
+        if (st.name == current_) return Outcome::Refused("join: a layout cannot join itself");
+        const Layout& other = *it->second.layout;
+        if (Cur().rows() + other.rows() > kMaxRows) {
+          return Outcome::Refused("join: " + std::to_string(Cur().rows() + other.rows()) +
+                                  " rows exceed the limit of " + std::to_string(kMaxRows));
+        }
+        Status s = Cur().Join(other);
+        if (!s.ok()) return Outcome::Refused(s.message());
+        Last() = LastForward();
+        return {};
+      }
+      case Op::kFilter: {
+        Status s = Cur().Filter(st.rows);
+        if (!s.ok()) return Outcome::Refused(s.message());
+        Last() = LastForward();
+        return {};
+      }
+      case Op::kExtract: {
+        if (layouts_.count(st.name)) {
+          return Outcome::Refused("extract: a layout named '" + st.name + "' exists");
+        }
+        std::unique_ptr<Layout> extracted;
+        Status s = Cur().Extract(st.row, &extracted);
+        if (!s.ok()) return Outcome::Refused(s.message());
+        layouts_[st.name].layout = std::move(extracted);
+        return {};
+      }
       case Op::kReload:
         return Outcome::Refused("reload is not supported yet");
       case Op::kExpectSees:

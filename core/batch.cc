@@ -1,0 +1,152 @@
+#include "core/batch.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/kv_cache.h"
+#include "core/ssm_cache.h"
+
+namespace kvspec {
+namespace {
+
+// Classifies a cache by its kind string; anything unknown is refused.
+enum class Family { kPlain, kRing, kRecurrent };
+
+Status FamilyOf(const Cache& cache, Family* family) {
+  const std::string kind = cache.kind();
+  if (IsPlainKvCache(kind)) {
+    *family = Family::kPlain;
+  } else if (IsRotatingCache(kind)) {
+    *family = Family::kRing;
+  } else if (IsRecurrentCache(kind)) {
+    *family = Family::kRecurrent;
+  } else {
+    return Status::Error("unknown cache kind '" + kind + "': refused");
+  }
+  // The kind must match the object: a kind string is not a type.
+  const bool is_store = dynamic_cast<const ColumnStore*>(&cache) != nullptr;
+  const bool is_ssm = dynamic_cast<const SsmCacheBase*>(&cache) != nullptr;
+  if ((*family == Family::kRecurrent && !is_ssm) || (*family != Family::kRecurrent && !is_store)) {
+    return Status::Error("cache of kind '" + kind + "' is not what its kind says: refused");
+  }
+  return Status::Ok();
+}
+
+Status NotArmed(const Cache& cache) {
+  const auto* ssm = dynamic_cast<const SsmCacheBase*>(&cache);
+  if (ssm && ssm->armed()) {
+    return Status::Error("a speculative round is armed: commit or roll back first");
+  }
+  return Status::Ok();
+}
+
+// Rows (cache, row) gathered into one cache of the given family.
+struct Source {
+  const Cache* cache;
+  int row;
+};
+
+Status Gather(Family family, bool batched, const std::vector<Source>& rows, int64_t columns,
+              std::unique_ptr<Cache>* out) {
+  const int n = static_cast<int>(rows.size());
+  if (family == Family::kRecurrent) {
+    const auto& first = static_cast<const SsmCacheBase&>(*rows[0].cache);
+    std::unique_ptr<SsmCacheBase> c = NewSsmCache(batched, n, first.shape());
+    std::vector<SsmCacheBase::RowSource> src;
+    for (const Source& s : rows) {
+      src.push_back({static_cast<const SsmCacheBase*>(s.cache), s.row});
+    }
+    c->GatherRows(src, columns);
+    *out = std::move(c);
+    return Status::Ok();
+  }
+  const auto& first = static_cast<const ColumnStore&>(*rows[0].cache);
+  std::unique_ptr<ColumnStore> c =
+      NewColumnStore(batched, n, first.kvHeads(), first.headDim(), first.window(),
+                     first.ringCapacity());
+  std::vector<ColumnStore::RowSource> src;
+  int64_t peak = 0;
+  for (const Source& s : rows) {
+    const auto* store = static_cast<const ColumnStore*>(s.cache);
+    src.push_back({store, s.row});
+    peak = std::max(peak, store->peak());
+  }
+  c->GatherRows(src, columns, peak);
+  *out = std::move(c);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status FilterRows(const Cache& cache, const std::vector<int32_t>& rows,
+                  std::unique_ptr<Cache>* out) {
+  Family family;
+  KVSPEC_RETURN_IF_ERROR(FamilyOf(cache, &family));
+  KVSPEC_RETURN_IF_ERROR(NotArmed(cache));
+  if (rows.empty()) return Status::Error("filter needs at least one row");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= cache.rows()) {
+      return Status::Error("filter: no row " + std::to_string(rows[i]) + " (the batch has " +
+                           std::to_string(cache.rows()) + ")");
+    }
+    if (i > 0 && rows[i] <= rows[i - 1]) {
+      return Status::Error("filter: rows must be strictly ascending");
+    }
+  }
+  std::vector<Source> src;
+  for (int32_t r : rows) src.push_back({&cache, r});
+  return Gather(family, IsBatchedCache(cache.kind()), src, cache.columns(), out);
+}
+
+Status JoinRows(const Cache& a, const Cache& b, std::unique_ptr<Cache>* out) {
+  return MergeRows({&a, &b}, out);
+}
+
+Status ExtractRow(const Cache& cache, int32_t row, std::unique_ptr<Cache>* out) {
+  Family family;
+  KVSPEC_RETURN_IF_ERROR(FamilyOf(cache, &family));
+  KVSPEC_RETURN_IF_ERROR(NotArmed(cache));
+  if (row < 0 || row >= cache.rows()) {
+    return Status::Error("extract: no row " + std::to_string(row) + " (the batch has " +
+                         std::to_string(cache.rows()) + ")");
+  }
+  if (family == Family::kRecurrent) {
+    const int64_t count = cache.positions()[row];
+    return Gather(family, false, {{&cache, row}}, count, out);
+  }
+  const auto& store = static_cast<const ColumnStore&>(cache);
+  std::unique_ptr<ColumnStore> c = NewColumnStore(false, 1, store.kvHeads(), store.headDim(),
+                                                  store.window(), store.ringCapacity());
+  c->GatherRealTokens(store, row);
+  *out = std::move(c);
+  return Status::Ok();
+}
+
+Status MergeRows(const std::vector<const Cache*>& caches, std::unique_ptr<Cache>* out) {
+  if (caches.empty()) return Status::Error("merge needs at least one cache");
+  Family family;
+  KVSPEC_RETURN_IF_ERROR(FamilyOf(*caches[0], &family));
+  std::vector<Source> src;
+  int64_t columns = 0;
+  for (const Cache* c : caches) {
+    Family f;
+    KVSPEC_RETURN_IF_ERROR(FamilyOf(*c, &f));
+    KVSPEC_RETURN_IF_ERROR(NotArmed(*c));
+    if (f != family) {
+      return Status::Error("cannot join a " + c->kind() + " cache with a " +
+                           caches[0]->kind() + " cache");
+    }
+    const bool same =
+        family == Family::kRecurrent
+            ? static_cast<const SsmCacheBase*>(c)->SameShape(
+                  *static_cast<const SsmCacheBase*>(caches[0]))
+            : static_cast<const ColumnStore*>(c)->SameShape(
+                  *static_cast<const ColumnStore*>(caches[0]));
+    if (!same) return Status::Error("cannot join caches of different shapes");
+    for (int r = 0; r < c->rows(); ++r) src.push_back({c, r});
+    columns = std::max(columns, c->columns());
+  }
+  return Gather(family, true, src, columns, out);
+}
+
+}  // namespace kvspec
