@@ -45,8 +45,7 @@ const char kTraceUsage[] =
     "  --max-memory MIB  storage budget over all layouts of one trace\n"
     "                    (default 4096); a trace needing more stops, exit 2\n"
     "\n"
-    "Supported now: kv, rotating and ssm layers and every statement except\n"
-    "reload (refused as not supported yet).\n"
+    "Every layer kind (kv, rotating, ssm) and every statement are supported.\n"
     "\n"
     "exit status: 0 all expectations met, 1 a refused operation or a failed\n"
     "expectation, 2 a syntax error or a limit; over several files the largest.\n";

@@ -131,6 +131,7 @@ class ColumnStore : public AttentionCache {
   int64_t peak() const { return peak_; }
 
  protected:
+  friend class CacheCodec;
   // Older columns a write must keep: all while not wrapped, else W - 1.
   int64_t ColumnsToKeep() const;
   // Buffer size after appending `columns` columns.

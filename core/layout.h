@@ -108,6 +108,7 @@ class Layout {
   uint64_t StateHash() const;
 
  private:
+  friend class CacheCodec;
   Layout() = default;
   void ForgetLastForward();
 

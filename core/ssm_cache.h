@@ -102,6 +102,7 @@ class SsmCacheBase : public Cache {
   void GatherRows(const std::vector<RowSource>& sources, int64_t columns);
 
  private:
+  friend class CacheCodec;
   float* Buffer(int row, int which) {
     return &state_[(static_cast<size_t>(row) * 2 + which) * row_floats_];
   }

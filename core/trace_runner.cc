@@ -13,6 +13,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "core/codec.h"
 #include "core/values.h"
 
 namespace kvspec::trace {
@@ -361,8 +362,16 @@ class Runner {
         layouts_[st.name].layout = std::move(extracted);
         return {};
       }
-      case Op::kReload:
-        return Outcome::Refused("reload is not supported yet");
+      case Op::kReload: {
+        // Through the persistence codec and back; the last forward stays.
+        std::string bytes;
+        Status s = EncodeLayout(Cur(), &bytes);
+        std::unique_ptr<Layout> loaded;
+        if (s.ok()) s = DecodeLayout(bytes, &loaded);
+        if (!s.ok()) return Outcome::Refused("reload: " + s.message());
+        layouts_[current_].layout = std::move(loaded);
+        return {};
+      }
       case Op::kExpectSees:
         return ExpectSees(st);
       case Op::kExpectOut:

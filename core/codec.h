@@ -1,0 +1,43 @@
+// Persistence: a versioned little-endian binary format with codecs keyed by
+// cache kind, for single caches and whole layouts (ring phase, paddings,
+// positions, wrap state, the pending-write bound of a bypass trim, round
+// state and recurrent state all included). Decoding reads back exactly what
+// was encoded: afterwards every operation behaves as on the original.
+//
+// Hostile input: every size is checked against the bytes actually left
+// before anything is allocated, every decoded cache is checked for the
+// invariants the code relies on (slot ranges, ring phase, positions,
+// lockstep of shared masks, round consistency), and any problem is a clear
+// error naming the byte offset - never a crash, an overread or an
+// allocation larger than a small multiple of the input.
+//
+// Format (version 1):
+//   cache  := "KVSC" u32 version, string kind, payload of that kind
+//   layout := "KVSL" u32 version, i32 rows, u32 layers,
+//             { layer config, u64 length, cache }*, layout state
+//   string := u32 length, bytes;  vectors := u64 count, elements
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/cache.h"
+#include "core/layout.h"
+#include "core/status.h"
+
+namespace kvspec {
+
+inline constexpr uint32_t kCodecVersion = 1;
+
+// Whether a codec exists for this kind (compares kind strings; fails closed).
+bool HasCodec(std::string_view kind);
+
+Status EncodeCache(const Cache& cache, std::string* out);
+Status DecodeCache(std::string_view bytes, std::unique_ptr<Cache>* out);
+
+Status EncodeLayout(const Layout& layout, std::string* out);
+Status DecodeLayout(std::string_view bytes, std::unique_ptr<Layout>* out);
+
+}  // namespace kvspec
