@@ -27,7 +27,7 @@ const char kUsage[] =
     "2 a syntax error, a limit exceeded, or bad usage.\n";
 
 const char kTraceUsage[] =
-    "usage: kvspec trace [--values] [--emit] [--max-memory MIB] FILE...\n"
+    "usage: kvspec trace [--values] [--emit] [--reference] [--max-memory MIB] FILE...\n"
     "\n"
     "Runs each trace file (`-` reads standard input) as written in the trace\n"
     "format, version 1. For each forward it prints, on standard output, one\n"
@@ -42,6 +42,8 @@ const char kTraceUsage[] =
     "  --emit            print the trace back instead, with `expect sees` and\n"
     "                    `expect positions` lines (and `expect out` lines\n"
     "                    with --values) filled in from the run\n"
+    "  --reference       run the scalar reference kernels instead of the\n"
+    "                    Highway ones (outputs within the stated tolerance)\n"
     "  --max-memory MIB  storage budget over all layouts of one trace\n"
     "                    (default 4096); a trace needing more stops, exit 2\n"
     "\n"
@@ -62,6 +64,8 @@ int Trace(int argc, char** argv) {
       options.values = true;
     } else if (arg == "--emit") {
       options.emit = true;
+    } else if (arg == "--reference") {
+      options.reference_kernels = true;
     } else if (arg == "--max-memory") {
       if (i + 1 >= argc) {
         std::fputs("kvspec trace: --max-memory needs a value in MiB\n", stderr);

@@ -68,7 +68,7 @@ int64_t ColumnStore::ColumnsToKeep() const {
   for (int r = 0; r < rows_; ++r) holes = holes || held_pads_[r] > 0;
   if (!holes) return std::min<int64_t>(held_, need);
   for (int r = 0; r < rows_ && keep < held_; ++r) {
-    const int32_t* pos = &slot_pos_[r * slots_];
+    const int32_t* pos = slot_pos_.data() + r * slots_;
     int32_t found = 0;
     int64_t c = held_ - 1;
     for (; c >= 0 && found < need; --c) found += pos[Slot(c)] >= 0 ? 1 : 0;
@@ -180,7 +180,7 @@ void ColumnStore::Drop(const std::vector<int32_t>& drop) {
   const int32_t common = *std::min_element(drop.begin(), drop.end());
   std::vector<char> keep(static_cast<size_t>(held_));
   for (int r = 0; r < rows_; ++r) {
-    int32_t* pos = &slot_pos_[r * slots_];
+    int32_t* pos = slot_pos_.data() + r * slots_;  // may be empty: no [] on it
     // The last `common` real columns go; the rest shift down in logical order.
     int32_t removed = 0;
     for (int64_t c = held_ - 1; c >= 0; --c) {

@@ -100,6 +100,7 @@ std::unique_ptr<Layout> Layout::Copy() const {
   copy->armed_ = armed_;
   copy->verified_ = verified_;
   copy->verify_real_ = verify_real_;
+  copy->reference_kernels_ = reference_kernels_;
   return copy;
 }
 
@@ -192,7 +193,8 @@ Status Layout::Forward(const ForwardColumns& cols, const std::vector<AttentionIO
 #endif
     mask_of_layer_[i] = found;
     if (io[i].out && io[i].q) {
-      Attend(io[i].q, configs_[i].QueryHeads(), view, masks_[found], io[i].out);
+      (reference_kernels_ ? AttendReference : Attend)(io[i].q, configs_[i].QueryHeads(), view,
+                                                      masks_[found], io[i].out);
     }
   }
   if (armed_) {
@@ -331,6 +333,7 @@ Status Layout::Filter(const std::vector<int32_t>& rows) {
     layers.push_back(std::move(c));
   }
   layers_.swap(layers);
+  set_reference_kernels(reference_kernels_);
   rows_ = static_cast<int>(rows.size());
   ForgetLastForward();
   bypass_bound_.clear();
@@ -357,6 +360,7 @@ Status Layout::Join(const Layout& other) {
     layers.push_back(std::move(c));
   }
   layers_.swap(layers);
+  set_reference_kernels(reference_kernels_);
   rows_ += other.rows_;
   ForgetLastForward();
   bypass_bound_.clear();
@@ -377,6 +381,14 @@ Status Layout::Extract(int32_t row, std::unique_ptr<Layout>* out) const {
   layout->mask_of_layer_.assign(layers_.size(), -1);
   *out = std::move(layout);
   return Status::Ok();
+}
+
+void Layout::set_reference_kernels(bool on) {
+  reference_kernels_ = on;
+  for (auto& layer : layers_) {
+    auto* ssm = dynamic_cast<SsmCacheBase*>(layer.get());
+    if (ssm) ssm->set_reference_kernels(on);
+  }
 }
 
 const Mask* Layout::LastMask(size_t layer) const {

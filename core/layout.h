@@ -104,6 +104,10 @@ class Layout {
   // none since the last change. Valid until the next operation.
   const Mask* LastMask(size_t layer) const;
 
+  // Run every kernel as its scalar reference (differential checks).
+  void set_reference_kernels(bool on);
+  bool reference_kernels() const { return reference_kernels_; }
+
   // Every byte of state, for "refused operations change nothing" checks.
   uint64_t StateHash() const;
 
@@ -128,7 +132,8 @@ class Layout {
 
   bool armed_ = false;
   bool verified_ = false;
-  std::vector<int32_t> verify_real_;  // real tokens per row of the verify forward
+  std::vector<int32_t> verify_real_;
+  bool reference_kernels_ = false;  // real tokens per row of the verify forward
 };
 
 }  // namespace kvspec

@@ -98,10 +98,16 @@ void SsmCacheBase::Step(const float* src, float* dst, const float* w, const floa
   float* u = scratch_.data();
   float* q = u + C;
   float* k = q + hk;
-  ConvStep(w, src, dst, x, u, C, static_cast<size_t>(shape_.conv));
-  PrepareQueryKey(u, u + hk, q, k, delta);
   const float* v = u + 2 * hk;
-  GatedDeltaStep(src + conv_floats, dst + conv_floats, q, k, v, gate, beta, y, delta);
+  if (reference_) {
+    ConvStepReference(w, src, dst, x, u, C, static_cast<size_t>(shape_.conv));
+    PrepareQueryKeyReference(u, u + hk, q, k, delta);
+    GatedDeltaStepReference(src + conv_floats, dst + conv_floats, q, k, v, gate, beta, y, delta);
+  } else {
+    ConvStep(w, src, dst, x, u, C, static_cast<size_t>(shape_.conv));
+    PrepareQueryKey(u, u + hk, q, k, delta);
+    GatedDeltaStep(src + conv_floats, dst + conv_floats, q, k, v, gate, beta, y, delta);
+  }
   if (rec) {
     rec->insert(rec->end(), x, x + C);
     rec->insert(rec->end(), q, q + hk);
@@ -125,7 +131,12 @@ void SsmCacheBase::Replay(const float* src, float* dst, const float* rec) {
   const float* beta = gate + shape_.GateFloats();
   ConvShiftState(src, dst, x, C, static_cast<size_t>(shape_.conv));
   float* y = scratch_.data() + C + 2 * hk;  // discarded
-  GatedDeltaStep(src + conv_floats, dst + conv_floats, q, k, v, gate, beta, y, shape_.Delta());
+  if (reference_) {
+    GatedDeltaStepReference(src + conv_floats, dst + conv_floats, q, k, v, gate, beta, y,
+                            shape_.Delta());
+  } else {
+    GatedDeltaStep(src + conv_floats, dst + conv_floats, q, k, v, gate, beta, y, shape_.Delta());
+  }
 }
 
 Status SsmCacheBase::Forward(const ForwardColumns& cols, const SsmIO& io) {

@@ -79,6 +79,9 @@ class SsmCacheBase : public Cache {
 
   bool armed() const { return armed_; }
   bool verified() const { return verified_; }
+  // Use the scalar reference kernels instead of the Highway ones (for
+  // differential checks; a state mixes both only if switched mid-run).
+  void set_reference_kernels(bool on) { reference_ = on; }
   Status ArmRound();
   Status Commit();
   Status CheckRollback(const std::vector<int32_t>& keep) const;
@@ -131,6 +134,7 @@ class SsmCacheBase : public Cache {
   std::vector<int32_t> round_real_;          // [rows] real tokens of the verify forward
   std::vector<std::vector<float>> record_;   // [rows] recorded token inputs
   std::vector<float> scratch_;               // u, q, k, y of one token
+  bool reference_ = false;
 };
 
 class SsmCache final : public WithKind<SsmCache, SsmCacheBase> {

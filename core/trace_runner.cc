@@ -230,6 +230,7 @@ class Runner {
       Refusal(line, s.message());
       return Finish(line);
     }
+    layout->set_reference_kernels(opt_.reference_kernels);
     layouts_["main"].layout = std::move(layout);
     current_ = "main";
     conv_weights_.resize(p_.layers.size());
@@ -369,6 +370,7 @@ class Runner {
         std::unique_ptr<Layout> loaded;
         if (s.ok()) s = DecodeLayout(bytes, &loaded);
         if (!s.ok()) return Outcome::Refused("reload: " + s.message());
+        loaded->set_reference_kernels(opt_.reference_kernels);
         layouts_[current_].layout = std::move(loaded);
         return {};
       }

@@ -67,6 +67,8 @@ class ContentIndex {
 struct RunOptions {
   bool values = false;  // print `out` lines
   bool emit = false;    // print the trace back with expectations filled in
+  // Run the scalar reference kernels instead of the Highway ones.
+  bool reference_kernels = false;
   // Storage budget over all layouts; a trace needing more is stopped like
   // a limit violation (exit 2).
   size_t max_bytes = size_t{4} << 30;
