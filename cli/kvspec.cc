@@ -27,7 +27,8 @@ const char kUsage[] =
     "2 a syntax error, a limit exceeded, or bad usage.\n";
 
 const char kTraceUsage[] =
-    "usage: kvspec trace [--values] [--emit] [--reference] [--max-memory MIB] FILE...\n"
+    "usage: kvspec trace [--values] [--emit] [--reference] [--save-reloads DIR]\n"
+    "                    [--max-memory MIB] FILE...\n"
     "\n"
     "Runs each trace file (`-` reads standard input) as written in the trace\n"
     "format, version 1. For each forward it prints, on standard output, one\n"
@@ -44,6 +45,8 @@ const char kTraceUsage[] =
     "                    with --values) filled in from the run\n"
     "  --reference       run the scalar reference kernels instead of the\n"
     "                    Highway ones (outputs within the stated tolerance)\n"
+    "  --save-reloads DIR  write the bytes of every `reload` to\n"
+    "                    DIR/FILE.LINE.kvsl (codec seed corpora)\n"
     "  --max-memory MIB  storage budget over all layouts of one trace\n"
     "                    (default 4096); a trace needing more stops, exit 2\n"
     "\n"
@@ -64,6 +67,12 @@ int Trace(int argc, char** argv) {
       options.values = true;
     } else if (arg == "--emit") {
       options.emit = true;
+    } else if (arg == "--save-reloads") {
+      if (i + 1 >= argc) {
+        std::fputs("kvspec trace: --save-reloads needs a folder\n", stderr);
+        return 2;
+      }
+      options.save_reloads_dir = argv[++i];
     } else if (arg == "--reference") {
       options.reference_kernels = true;
     } else if (arg == "--max-memory") {

@@ -368,6 +368,14 @@ class Runner {
         std::string bytes;
         Status s = EncodeLayout(Cur(), &bytes);
         std::unique_ptr<Layout> loaded;
+        if (s.ok() && !opt_.save_reloads_dir.empty()) {
+          const std::string base = p_.file.substr(p_.file.find_last_of('/') + 1);
+          const std::string path =
+              opt_.save_reloads_dir + "/" + base + "." + std::to_string(st.line) + ".kvsl";
+          std::ofstream file(path, std::ios::binary);
+          file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+          if (!file) return Outcome::Refused("reload: cannot write " + path);
+        }
         if (s.ok()) s = DecodeLayout(bytes, &loaded);
         if (!s.ok()) return Outcome::Refused("reload: " + s.message());
         loaded->set_reference_kernels(opt_.reference_kernels);

@@ -67,6 +67,9 @@ class ContentIndex {
 struct RunOptions {
   bool values = false;  // print `out` lines
   bool emit = false;    // print the trace back with expectations filled in
+  // When set, every `reload` also writes the encoded layout to
+  // DIR/<file name>.<line>.kvsl (seed corpora for the codec fuzzers).
+  std::string save_reloads_dir;
   // Run the scalar reference kernels instead of the Highway ones.
   bool reference_kernels = false;
   // Storage budget over all layouts; a trace needing more is stopped like
