@@ -26,6 +26,7 @@
 #include "core/codec.h"
 #include "core/layout.h"
 #include "core/trace_runner.h"
+#include "core/values.h"
 
 namespace kvspec {
 namespace {
@@ -144,18 +145,24 @@ class Driver {
         io[l] = AttentionIO(ssm);
         continue;
       }
+      // q and out follow the layout's query heads (GQA), k and v its KV heads.
       const size_t hd = static_cast<size_t>(cfg.heads) * cfg.dim;
-      a[l].assign(rows * L * hd, ContentIndex::PadValue());
-      b[l] = a[l];
-      c[l] = a[l];
+      const size_t qd = static_cast<size_t>(cfg.QueryHeads()) * cfg.dim;
+      a[l].assign(rows * L * qd, ContentIndex::PadValue());
+      b[l].assign(rows * L * hd, ContentIndex::PadValue());
+      c[l] = b[l];
       o[l].assign(a[l].size(), 0.0f);
+      std::vector<float> unused(hd);
       for (int r = 0; r < rows; ++r) {
         for (int32_t j = 0; j < cols.Real(r); ++j) {
-          const size_t at = (r * L + static_cast<size_t>(cols.left[r] + j)) * hd;
+          const size_t col = r * L + static_cast<size_t>(cols.left[r] + j);
           const int32_t pos = next[r] + j;
           ContentIndex::AttentionToken(static_cast<int>(l), id_of(pos), pos, cfg.heads, cfg.dim,
-                                       &a[l][at], &b[l][at], &c[l][at]);
-          index_.Remember(static_cast<int>(l), id_of(pos), pos, &b[l][at], &c[l][at], hd);
+                                       unused.data(), &b[l][col * hd], &c[l][col * hd]);
+          ValueStream(TokenSeed(l, static_cast<uint64_t>(id_of(pos)), static_cast<uint64_t>(pos)) ^ 7)
+              .Fill(&a[l][col * qd], qd);
+          index_.Remember(static_cast<int>(l), id_of(pos), pos, &b[l][col * hd], &c[l][col * hd],
+                          hd);
         }
       }
       io[l] = AttentionIO(a[l].data(), b[l].data(), c[l].data(), o[l].data());
@@ -167,7 +174,7 @@ class Driver {
       const AttentionCache* cache = layout.attention(l);
       const Mask* mask = cache ? layout.LastMask(l) : nullptr;
       const KvView view = cache ? cache->View() : KvView();
-      const size_t per = cache ? static_cast<size_t>(cfg.heads) * cfg.dim
+      const size_t per = cache ? static_cast<size_t>(cfg.QueryHeads()) * cfg.dim
                                : static_cast<size_t>(cfg.heads) * cfg.dv;
       for (int r = 0; r < rows; ++r) {
         for (int32_t j = 0; j < cols.Real(r); ++j) {
@@ -364,7 +371,11 @@ RC_GTEST_PROP(LifecycleProps, DamagedBytesAreRefusedCleanly, ()) {
     return;
   }
   // Whatever decodes must be usable: a forward either runs or is refused.
-  driver.Forward(*loaded, ForwardColumns::Dense(loaded->rows(), 1, true), 1);
+  // Contents are sized by the decoded layout's own configuration (a flipped
+  // byte may have changed a shape consistently).
+  std::vector<LayerConfig> decoded;
+  for (size_t l = 0; l < loaded->size(); ++l) decoded.push_back(loaded->config(l));
+  Driver(decoded).Forward(*loaded, ForwardColumns::Dense(loaded->rows(), 1, true), 1);
 }
 
 // A cache whose kind string is not one we know, and one that lies.
