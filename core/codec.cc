@@ -254,7 +254,8 @@ class CacheCodec {
         }
       }
       // Every token a later query or trim may need is physically there.
-      const int32_t needed = c->wrapped() ? std::min(next, window - 1) : next;
+      const int32_t needed =
+          c->wrapped() && next > capacity ? std::min(next, window - 1) : next;
       if (real < needed || (real > 0 && prev != next - 1)) {
         return r.Fail("row " + std::to_string(row) + " holds " + std::to_string(real) +
                       " of the tokens it needs"),

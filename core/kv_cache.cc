@@ -60,18 +60,26 @@ bool ColumnStore::isTrimmable() const { return !wrapped(); }
 
 int64_t ColumnStore::ColumnsToKeep() const {
   if (!wrapped()) return held_;
-  // Every row's last W - 1 real tokens, however many pad columns (prepared
-  // prefill padding, turned-down tips) sit between them.
-  const int32_t need = window_ - 1;
+  // Per row: every real token while the row holds at most M of them (so an
+  // extracted row is the single-row ring it would have been: trimmable),
+  // else its last W - 1 (what the next query needs), however many pad
+  // columns (prepared prefill padding, turned-down tips) sit between them.
+  auto need = [&](int r) -> int64_t {
+    return next_[r] <= ring_capacity_ ? next_[r] : window_ - 1;
+  };
   int64_t keep = 0;
   bool holes = false;
-  for (int r = 0; r < rows_; ++r) holes = holes || held_pads_[r] > 0;
-  if (!holes) return std::min<int64_t>(held_, need);
+  for (int r = 0; r < rows_; ++r) {
+    holes = holes || held_pads_[r] > 0;
+    keep = std::max(keep, need(r));
+  }
+  if (!holes) return std::min<int64_t>(held_, keep);
+  keep = 0;
   for (int r = 0; r < rows_ && keep < held_; ++r) {
     const int32_t* pos = slot_pos_.data() + r * slots_;
-    int32_t found = 0;
+    int64_t found = 0;
     int64_t c = held_ - 1;
-    for (; c >= 0 && found < need; --c) found += pos[Slot(c)] >= 0 ? 1 : 0;
+    for (; c >= 0 && found < need(r); --c) found += pos[Slot(c)] >= 0 ? 1 : 0;
     keep = std::max(keep, held_ - 1 - c);
   }
   return keep;

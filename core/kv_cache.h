@@ -75,9 +75,10 @@ class AttentionCache : public Cache {
 // grows geometrically. A ring of capacity M >= window W overwrites its
 // oldest columns but always keeps what the next forward's earliest query
 // needs: the columns holding every row's last W - 1 real tokens (more than
-// W - 1 columns when pad columns sit between them) plus the whole forward,
-// and every column while it has not wrapped, so that a trim can still drop
-// any of them. Its buffer grows past M only when a write needs more, sized
+// W - 1 columns when pad columns sit between them; all of a row's tokens
+// while it holds at most M, so that an extracted row is still trimmable)
+// plus the whole forward, and every column while it has not wrapped, so
+// that a trim can still drop any of them. Its buffer grows past M only when a write needs more, sized
 // from the physical column count.
 class ColumnStore : public AttentionCache {
  public:

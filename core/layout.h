@@ -104,6 +104,10 @@ class Layout {
   // none since the last change. Valid until the next operation.
   const Mask* LastMask(size_t layer) const;
 
+  // Forgets that the last change was a window (a bypass trim is then
+  // refused): what a trace's `reload` means (TRACE.md precise rule 3).
+  void ForgetBypassBound() { bypass_bound_.clear(); }
+
   // Run every kernel as its scalar reference (differential checks).
   void set_reference_kernels(bool on);
   bool reference_kernels() const { return reference_kernels_; }

@@ -318,6 +318,7 @@ class Runner {
         if (layouts_.count(st.name)) {
           return Outcome::Refused("fork: a layout named '" + st.name + "' exists");
         }
+        if (Outcome o = Budget(Cur().allocatedBytes(), "fork"); o.code) return o;
         NamedLayout copy;
         copy.layout = Cur().Copy();
         copy.last = Last();
@@ -338,6 +339,9 @@ class Runner {
         }
         if (st.name == current_) return Outcome::Refused("join: a layout cannot join itself");
         const Layout& other = *it->second.layout;
+        if (Outcome o = Budget(other.allocatedBytes() + Cur().allocatedBytes(), "join"); o.code) {
+          return o;
+        }
         if (Cur().rows() + other.rows() > kMaxRows) {
           return Outcome::Refused("join: " + std::to_string(Cur().rows() + other.rows()) +
                                   " rows exceed the limit of " + std::to_string(kMaxRows));
@@ -357,6 +361,10 @@ class Runner {
         if (layouts_.count(st.name)) {
           return Outcome::Refused("extract: a layout named '" + st.name + "' exists");
         }
+        if (Outcome o = Budget(Cur().allocatedBytes() / std::max(1, Cur().rows()), "extract");
+            o.code) {
+          return o;
+        }
         std::unique_ptr<Layout> extracted;
         Status s = Cur().Extract(st.row, &extracted);
         if (!s.ok()) return Outcome::Refused(s.message());
@@ -365,6 +373,7 @@ class Runner {
       }
       case Op::kReload: {
         // Through the persistence codec and back; the last forward stays.
+        if (Outcome o = Budget(2 * Cur().allocatedBytes(), "reload"); o.code) return o;
         std::string bytes;
         Status s = EncodeLayout(Cur(), &bytes);
         std::unique_ptr<Layout> loaded;
@@ -379,6 +388,8 @@ class Runner {
         if (s.ok()) s = DecodeLayout(bytes, &loaded);
         if (!s.ok()) return Outcome::Refused("reload: " + s.message());
         loaded->set_reference_kernels(opt_.reference_kernels);
+        // A reload changes the layout (TRACE.md rule 3): no bypass trim after it.
+        loaded->ForgetBypassBound();
         layouts_[current_].layout = std::move(loaded);
         return {};
       }
@@ -418,6 +429,17 @@ class Runner {
       }
     }
     return Outcome::Refused("unknown statement");
+  }
+
+  // Whether `more` bytes on top of every layout's storage fit the budget.
+  Outcome Budget(size_t more, const char* what) const {
+    size_t total = more;
+    for (const auto& named : layouts_) total += named.second.layout->allocatedBytes();
+    if (total > opt_.max_bytes) {
+      return Outcome::Limit(std::string(what) + ": storage would exceed the limit of " +
+                            std::to_string(opt_.max_bytes >> 20) + " MiB");
+    }
+    return {};
   }
 
   void EmitPositions(const Statement& st) {

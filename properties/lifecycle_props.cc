@@ -282,6 +282,15 @@ RC_GTEST_PROP(LifecycleProps, ExtractThenMergeReturnsTheRows, ()) {
     RC_ASSERT(batch->Extract(r, &one).ok());
     RC_ASSERT(one->rows() == 1);
     RC_ASSERT(one->positions()[0] == batch->positions()[r]);
+    // As a single-row cache fed only that row's tokens: a ring is trimmable
+    // while it holds at most its capacity.
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const LayerConfig& c = layers[l];
+      const bool trimmable = c.type == LayerType::kKv ||
+                             (c.type == LayerType::kRotating &&
+                              one->positions()[0] <= (c.capacity ? c.capacity : c.window));
+      RC_ASSERT(one->cache(l).isTrimmable() == trimmable);
+    }
     if (!merged) {
       merged = std::move(one);
     } else {
