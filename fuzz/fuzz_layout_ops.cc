@@ -10,9 +10,9 @@
 // layers, kv or rotating, heads and dim 1..4, a window 1..8, optional for
 // kv, a ring capacity up to window + 4) and up to 40 statements (windows
 // with padding and ids, decodes, trims with and without bypass, speculative
-// rounds with uniform and ragged accepts, fork, use, expectations, and
-// `expect error` around operations that should be refused, or sometimes
-// not). A small shadow of the state steers the choices towards valid
+// rounds with uniform and ragged accepts, fork, use, reload, expectations,
+// and `expect error` around operations that should be refused, or
+// sometimes not). A small shadow of the state steers the choices towards valid
 // operations; it decides nothing about the outcome: the model does.
 //
 // Set KVSPEC_FUZZ_PRINT_TRACE=1 to print every generated trace to standard
@@ -33,6 +33,17 @@
 #include "fuzz/known_issues.h"
 #include "fuzz/model.h"
 #include "hwy/targets.h"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KVSPEC_FUZZ_SANITIZED 1
+#endif
+#elif defined(__SANITIZE_ADDRESS__)
+#define KVSPEC_FUZZ_SANITIZED 1
+#endif
+#ifdef KVSPEC_FUZZ_SANITIZED
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 namespace {
 
@@ -57,7 +68,7 @@ std::string JoinInts(const std::vector<int32_t>& v, const char* sep = ",") {
 // valid arguments. Never consulted for the verdict.
 struct Shadow {
   std::vector<std::vector<int32_t>> ids;  // [row] ids of the real tokens, by position
-  bool written = false;  // a forward ran (fuzz/known_issues.h, issue 1)
+  bool written = false;  // a forward ran
   bool armed = false;
   bool verified = false;
   std::vector<int32_t> verify_real;
@@ -151,7 +162,7 @@ class Generator {
     // a verified one its accept.
     if (s.armed && !s.verified && Chance(70)) return Chance(75) ? Window() : Decode();
     if (s.armed && s.verified && Chance(60)) return Accept();
-    switch (Range(0, 15)) {
+    switch (Range(0, 16)) {
       case 0:
       case 1:
       case 2:
@@ -178,6 +189,8 @@ class Generator {
       case 13:
       case 14:
         return ExpectError();
+      case 15:
+        return Reload();
       default:
         return Refused();
     }
@@ -338,6 +351,12 @@ class Generator {
     s.armed = false;
     s.verified = false;
     s.after_window = false;
+  }
+
+  // Through the persistence codec and back: a change, nothing else.
+  void Reload() {
+    Line("reload");
+    Cur().after_window = false;
   }
 
   void Fork() {
@@ -526,6 +545,16 @@ class Generator {
   bool stopped_ = false;
 };
 
+// The trace being run, printed when a sanitizer stops the process.
+const std::string* g_running_trace = nullptr;
+
+void PrintRunningTrace() {
+  if (g_running_trace) {
+    std::fprintf(stderr, "==== the generated trace that was running\n%s====\n",
+                 g_running_trace->c_str());
+  }
+}
+
 // Every target the CPU supports and the core was compiled for.
 const std::vector<int64_t>& Targets() {
   static const std::vector<int64_t> targets = [] {
@@ -551,6 +580,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   FuzzedDataProvider fdp(data + 1, size - 1);
   const std::string text = Generator(&fdp).Generate();
+#ifdef KVSPEC_FUZZ_SANITIZED
+  static const bool registered = [] {
+    __sanitizer_set_death_callback(PrintRunningTrace);
+    return true;
+  }();
+  (void)registered;
+#endif
+  g_running_trace = &text;
+  struct Forget {
+    ~Forget() { g_running_trace = nullptr; }
+  } forget;
   static const bool print = std::getenv("KVSPEC_FUZZ_PRINT_TRACE") != nullptr;
   if (print) std::fprintf(stderr, "# target %s\n%s", hwy::TargetName(target), text.c_str());
 

@@ -17,6 +17,10 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <cmath>
+#include <sstream>
+
+#include "core/trace_runner.h"
 
 #include "core/trace_program.h"
 #include "fuzz/differential.h"
@@ -73,6 +77,61 @@ Cost EstimateCost(const Program& program) {
 
 }  // namespace
 
+// Runs `program` with the Highway kernels and with the scalar references
+// (--values): everything must agree but `state` hashes (different fp32
+// arithmetic) and `out` values, which must agree within TRACE.md's
+// 1e-4 * (1 + |reference|). A difference prints both and traps.
+void CompareWithReference(std::string_view text, const Program& program) {
+  kvspec::trace::RunOptions options;
+  options.values = true;
+  options.max_bytes = kMaxBytes;
+  std::ostringstream fast_out, fast_err, ref_out, ref_err;
+  const int fast = kvspec::trace::RunProgram(program, options, fast_out, fast_err);
+  options.reference_kernels = true;
+  const int ref = kvspec::trace::RunProgram(program, options, ref_out, ref_err);
+  std::istringstream a(fast_out.str()), b(ref_out.str());
+  std::string la, lb, problem;
+  int line = 0;
+  while (problem.empty()) {
+    const bool more_a = static_cast<bool>(std::getline(a, la));
+    const bool more_b = static_cast<bool>(std::getline(b, lb));
+    ++line;
+    if (!more_a && !more_b) break;
+    if (more_a != more_b) {
+      problem = "different numbers of output lines";
+    } else if (la.rfind("state ", 0) == 0 && lb.rfind("state ", 0) == 0) {
+      if (la.substr(0, la.rfind(' ')) != lb.substr(0, lb.rfind(' '))) problem = "state lines";
+    } else if (la.rfind("out ", 0) == 0 && lb.rfind("out ", 0) == 0) {
+      const size_t colon = la.find(':');
+      if (colon == std::string::npos || la.substr(0, colon) != lb.substr(0, lb.find(':'))) {
+        problem = "out lines name different queries";
+      } else {
+        std::istringstream va(la.substr(colon + 1)), vb(lb.substr(lb.find(':') + 1));
+        double x, y;
+        while (va >> x) {
+          if (!(vb >> y) || !(std::fabs(x - y) <= 1e-4 * (1 + std::fabs(y)))) {
+            problem = "out values beyond 1e-4 * (1 + |reference|)";
+            break;
+          }
+        }
+        if (problem.empty() && (vb >> y)) problem = "out value counts";
+      }
+    } else if (la != lb) {
+      problem = "a line differs";
+    }
+  }
+  if (problem.empty() && fast != ref) problem = "exit status";
+  if (problem.empty() && fast_err.str() != ref_err.str()) problem = "standard error";
+  if (problem.empty()) return;
+  std::fprintf(stderr,
+               "fuzz_trace_parse: Highway and reference kernels disagree (%s, output line %d)\n"
+               "--- trace\n%.*s\n--- Highway (exit %d)\n%s%s--- reference (exit %d)\n%s%s",
+               problem.c_str(), line, static_cast<int>(text.size()), text.data(), fast,
+               fast_out.str().c_str(), fast_err.str().c_str(), ref, ref_out.str().c_str(),
+               ref_err.str().c_str());
+  __builtin_trap();
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   Program program;
@@ -120,7 +179,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const kvspec::fuzz::RunnerOutcome runner = kvspec::fuzz::RunRunner(program, kMaxBytes);
   const kvspec::fuzz::ModelOutcome model = kvspec::fuzz::RunModel(program);
   if (!model.supported) {
-    note("run; not compared: the model does not cover " + model.unsupported);
+    // Recurrent layers: the Highway kernels against the scalar references.
+    note("run; compared with the scalar reference kernels (the model does not cover " +
+         model.unsupported + ")");
+    CompareWithReference(text, program);
     return 0;
   }
   note("run and compared with the model: exit " + std::to_string(runner.exit_status));

@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace kvspec::fuzz {
@@ -197,15 +198,20 @@ class Model {
         if (!layouts_.count(st.name)) return Result::Refused("use of an unknown name");
         current_ = st.name;
         return Result::Done();
-      // TODO(model): join, filter, extract and reload (precise rules 1, 4-6).
+      case Op::kReload:
+        // Through the codec and back: everything stays (round, columns,
+        // peak, last forward), but it is a change (precise rule 3).
+        Cur().last_change_was_window = false;
+        Cur().window_real.clear();
+        return Result::Done();
+      // TODO(model): join, filter and extract change the row count (precise
+      // rules 1, 4-6); Rows() becomes per layout then.
       case Op::kJoin:
         return Result::Unsupported("join");
       case Op::kFilter:
         return Result::Unsupported("filter");
       case Op::kExtract:
         return Result::Unsupported("extract");
-      case Op::kReload:
-        return Result::Unsupported("reload");
       case Op::kExpectSees:
         return ExpectSees(st);
       case Op::kExpectOut:

@@ -12,8 +12,8 @@
 // Coverage: `kv` and `rotating` layers (a ring sees what a kv layer of its
 // window sees; its capacity only decides when it wraps and stops being
 // trimmable), and the statements window, decode, trim, arm, accept, fork,
-// use and every expectation but `expect out`. A program that reaches
-// something else (an ssm layer, join, filter, extract, reload, `expect out`)
+// use, reload and every expectation but `expect out`. A program that
+// reaches something else (an ssm layer, join, filter, extract, `expect out`)
 // is reported as not supported, and nothing else in the outcome means
 // anything; callers skip the comparison. Each of those has one place in
 // model.cc to grow into.
