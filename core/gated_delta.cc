@@ -7,7 +7,6 @@
 #define HWY_TARGET_INCLUDE "core/gated_delta.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "hwy/cache_control.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvspec {
@@ -43,90 +42,69 @@ void PrepareQueryKeyImpl(const float* HWY_RESTRICT q_raw, const float* HWY_RESTR
   }
 }
 
-// One token for R consecutive state rows of one value head (rows r of
-// in/out at r * dk), all sharing k, q, the gate and beta. Every row gets
-// exactly the arithmetic of a row processed alone (R = 1): the rows are only
-// interleaved, each with its own accumulators, so the result of a row never
-// depends on R or on the rows processed with it. Per row:
-//   decay:  row = g * in (lane-wise; vectors, then the scalar tail)
-//   m:      one vector accumulator, MulAdd(row, k, acc) in lane order,
-//           SumOfLanes, then the scalar tail added in order
-//   delta = beta * (v - m)
-//   update: row = MulAdd(delta, k, row), stored; y likewise from row * q.
-// The decayed row is not stored and reloaded: the second pass recomputes
-// g * in (the same product, so the same bits), which saves a store per
-// vector and works in place because pass 1 writes nothing.
-template <size_t R, class D>
-HWY_INLINE void StepRows(D d, const float* in, float* out, size_t dk,
-                         const float* HWY_RESTRICT kh, const float* HWY_RESTRICT qh,
-                         const float* HWY_RESTRICT gh, float gate, const float* HWY_RESTRICT v,
-                         float b, float* HWY_RESTRICT y) {
+// One token for one state row of dk floats (row_in may equal row_out):
+//   decay:  row = g * in, lane-wise (whole vectors, then the scalar tail);
+//   m:      one vector accumulator, acc = MulAdd(row, k, acc) in lane order,
+//           m = SumOfLanes(acc), then the tail's row[j] * k[j] added in order;
+//   delta = beta * (v - m);
+//   update: row = MulAdd(delta, k, row) (tail: row[j] + delta * k[j]),
+//           stored, and y accumulated from row * q like m.
+// The same sequence for every row, token, batch and call pattern (and the
+// same as the kernel before, bit for bit: core/tests/kernels_test.cc keeps
+// that one as its oracle). The decayed row is not stored and reloaded: the
+// second pass recomputes g * in (the same product, so the same bits), which
+// saves a store per vector and is safe in place because the first pass
+// writes nothing.
+//
+// Measured on AVX2 (bench/ssm_bench, dk = dv = 128, a noisy shared VM):
+// interleaving 4 rows, each with its own accumulators, was 1.3-1.6x faster
+// while the state sat in cache (BM_DecodeHot) but 15-40% slower streaming
+// it from DRAM (BM_Decode), with or without software prefetch; one row at a
+// time with a prefetch 8 KiB ahead was 10-20% faster from DRAM but up to
+// 20% slower hot. One row at a time without either (this) was no slower in
+// either case and faster hot.
+template <class D>
+HWY_INLINE void StepRow(D d, const float* row_in, float* row_out, size_t dk,
+                        const float* HWY_RESTRICT kh, const float* HWY_RESTRICT qh,
+                        const float* HWY_RESTRICT gh, float gate, float v, float b,
+                        float* HWY_RESTRICT y) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
   const V gs = hn::Set(d, gate);
   const size_t vec_end = dk - dk % N;
 
-  // Pass 1: m = (g * in) . k per row.
-  V acc[R];
-  for (size_t r = 0; r < R; ++r) acc[r] = hn::Zero(d);
+  // Pass 1: m = (g * in) . k.
+  V acc = hn::Zero(d);
   for (size_t j = 0; j < vec_end; j += N) {
-    const V kv = hn::LoadU(d, kh + j);
     const V gv = gh ? hn::LoadU(d, gh + j) : gs;
-    for (size_t r = 0; r < R; ++r) {
-#ifdef KV_PF
-      hwy::Prefetch(in + (R * KV_PF + r) * dk + j);
-#endif
-#ifdef KV_PFW
-      __builtin_prefetch(out + (R * KV_PFW + r) * dk + j, 1);
-#endif
-      acc[r] = hn::MulAdd(hn::Mul(gv, hn::LoadU(d, in + r * dk + j)), kv, acc[r]);
-    }
+    acc = hn::MulAdd(hn::Mul(gv, hn::LoadU(d, row_in + j)), hn::LoadU(d, kh + j), acc);
   }
-  float delta[R];
-  for (size_t r = 0; r < R; ++r) {
-    const float* row = in + r * dk;
-    float m = hn::GetLane(hn::SumOfLanes(d, acc[r]));
-    for (size_t j = vec_end; j < dk; ++j) {
-      const float decayed = (gh ? gh[j] : gate) * row[j];
-      m += decayed * kh[j];
-    }
-    delta[r] = b * (v[r] - m);
+  float m = hn::GetLane(hn::SumOfLanes(d, acc));
+  for (size_t j = vec_end; j < dk; ++j) {
+    const float decayed = (gh ? gh[j] : gate) * row_in[j];
+    m += decayed * kh[j];
   }
+  const float delta = b * (v - m);
 
   // Pass 2: row = g * in + delta * k, stored; y = row . q.
-  V yacc[R];
-  for (size_t r = 0; r < R; ++r) yacc[r] = hn::Zero(d);
+  const V dvec = hn::Set(d, delta);
+  V yacc = hn::Zero(d);
   for (size_t j = 0; j < vec_end; j += N) {
-    const V kv = hn::LoadU(d, kh + j);
-    const V qv = hn::LoadU(d, qh + j);
     const V gv = gh ? hn::LoadU(d, gh + j) : gs;
-    for (size_t r = 0; r < R; ++r) {
-      const V decayed = hn::Mul(gv, hn::LoadU(d, in + r * dk + j));
-      const V row = hn::MulAdd(hn::Set(d, delta[r]), kv, decayed);
-      hn::StoreU(row, d, out + r * dk + j);
-      yacc[r] = hn::MulAdd(row, qv, yacc[r]);
-    }
+    const V decayed = hn::Mul(gv, hn::LoadU(d, row_in + j));
+    const V row = hn::MulAdd(dvec, hn::LoadU(d, kh + j), decayed);
+    hn::StoreU(row, d, row_out + j);
+    yacc = hn::MulAdd(row, hn::LoadU(d, qh + j), yacc);
   }
-  for (size_t r = 0; r < R; ++r) {
-    const float* row_in = in + r * dk;
-    float* row_out = out + r * dk;
-    float yi = hn::GetLane(hn::SumOfLanes(d, yacc[r]));
-    for (size_t j = vec_end; j < dk; ++j) {
-      const float decayed = (gh ? gh[j] : gate) * row_in[j];
-      const float updated = decayed + delta[r] * kh[j];
-      row_out[j] = updated;
-      yi += updated * qh[j];
-    }
-    y[r] = yi;
+  float yi = hn::GetLane(hn::SumOfLanes(d, yacc));
+  for (size_t j = vec_end; j < dk; ++j) {
+    const float decayed = (gh ? gh[j] : gate) * row_in[j];
+    const float updated = decayed + delta * kh[j];
+    row_out[j] = updated;
+    yi += updated * qh[j];
   }
+  *y = yi;
 }
-
-// Rows interleaved per block (4 measured as fast as 8 on AVX2, faster than
-// 2); the dv % 4 remaining rows use the same per-row sequence, StepRows<1>.
-#ifndef KV_ROWS
-#define KV_ROWS 4
-#endif
-constexpr size_t kRowBlock = KV_ROWS;
 
 void GatedDeltaStepImpl(const float* state_in, float* state_out, const float* HWY_RESTRICT q,
                         const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
@@ -141,16 +119,10 @@ void GatedDeltaStepImpl(const float* state_in, float* state_out, const float* HW
     const float* gh = shape.gate_per_lane ? g + h * dk : nullptr;
     const float gate = shape.gate_per_lane ? 1.0f : g[h];
     const float b = beta[h];
-    const float* in = state_in + h * dv * dk;
-    float* out = state_out + h * dv * dk;
-    const float* vh = v + h * dv;
-    float* yh = y + h * dv;
-    size_t i = 0;
-    for (; i + kRowBlock <= dv; i += kRowBlock) {
-      StepRows<kRowBlock>(d, in + i * dk, out + i * dk, dk, kh, qh, gh, gate, vh + i, b, yh + i);
-    }
-    for (; i < dv; ++i) {
-      StepRows<1>(d, in + i * dk, out + i * dk, dk, kh, qh, gh, gate, vh + i, b, yh + i);
+    for (size_t i = 0; i < dv; ++i) {
+      const size_t row = h * dv + i;
+      StepRow(d, state_in + row * dk, state_out + row * dk, dk, kh, qh, gh, gate, v[row], b,
+              y + row);
     }
   }
 }

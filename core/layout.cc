@@ -379,6 +379,7 @@ Status Layout::Extract(int32_t row, std::unique_ptr<Layout>* out) const {
     layout->layers_.push_back(std::move(c));
   }
   layout->mask_of_layer_.assign(layers_.size(), -1);
+  layout->set_reference_kernels(reference_kernels_);
   *out = std::move(layout);
   return Status::Ok();
 }

@@ -10,9 +10,9 @@
 // layers, kv or rotating, heads and dim 1..4, a window 1..8, optional for
 // kv, a ring capacity up to window + 4) and up to 40 statements (windows
 // with padding and ids, decodes, trims with and without bypass, speculative
-// rounds with uniform and ragged accepts, fork, use, reload, expectations,
-// and `expect error` around operations that should be refused, or
-// sometimes not). A small shadow of the state steers the choices towards valid
+// rounds with uniform and ragged accepts, fork, use, join, filter, extract,
+// reload, expectations, and `expect error` around operations that should be
+// refused, or sometimes not). A small shadow of the state steers the choices towards valid
 // operations; it decides nothing about the outcome: the model does.
 //
 // Set KVSPEC_FUZZ_PRINT_TRACE=1 to print every generated trace to standard
@@ -69,6 +69,7 @@ std::string JoinInts(const std::vector<int32_t>& v, const char* sep = ",") {
 struct Shadow {
   std::vector<std::vector<int32_t>> ids;  // [row] ids of the real tokens, by position
   bool written = false;  // a forward ran
+  bool batched = false;  // the caches are the batched kinds (README "Cache kinds")
   bool armed = false;
   bool verified = false;
   std::vector<int32_t> verify_real;
@@ -119,6 +120,7 @@ class Generator {
 
  private:
   Shadow& Cur() { return layouts_[current_]; }
+  int Rows() { return static_cast<int>(Cur().ids.size()); }
   void Line(const std::string& s) {
     text_ += (wrap_next_ ? "expect error " : "") + s + "\n";
     wrap_next_ = false;
@@ -152,6 +154,7 @@ class Generator {
     }
     Shadow main;
     main.ids.resize(static_cast<size_t>(rows_));
+    main.batched = rows_ > 1;
     layouts_["main"] = main;
     current_ = "main";
   }
@@ -162,7 +165,7 @@ class Generator {
     // a verified one its accept.
     if (s.armed && !s.verified && Chance(70)) return Chance(75) ? Window() : Decode();
     if (s.armed && s.verified && Chance(60)) return Accept();
-    switch (Range(0, 16)) {
+    switch (Range(0, 17)) {
       case 0:
       case 1:
       case 2:
@@ -191,6 +194,8 @@ class Generator {
         return ExpectError();
       case 15:
         return Reload();
+      case 16:
+        return Batch();
       default:
         return Refused();
     }
@@ -212,7 +217,7 @@ class Generator {
   std::string WindowText(int32_t L, std::vector<int32_t>* real, bool* any_ids,
                          std::vector<std::vector<int32_t>>* ids) {
     Shadow& s = Cur();
-    std::vector<int32_t> left(static_cast<size_t>(rows_), 0), right(left);
+    std::vector<int32_t> left(static_cast<size_t>(Rows()), 0), right(left);
     bool any_left = false, any_right = false;
     for (size_t r = 0; r < left.size(); ++r) {
       if (s.Count(r) == 0 && Chance(40)) left[r] = Range(0, L);
@@ -270,7 +275,7 @@ class Generator {
     if (budget_ < 1) return Cur().armed ? void() : Trim();
     const int32_t L = Range(1, std::min(kMaxColumns, budget_));
     budget_ -= L;
-    std::vector<int32_t> real(static_cast<size_t>(rows_));
+    std::vector<int32_t> real(static_cast<size_t>(Rows()));
     std::vector<std::vector<int32_t>> ids;
     bool any_ids = false;
     const std::string text = WindowText(L, &real, &any_ids, &ids);
@@ -282,7 +287,7 @@ class Generator {
     if (Cur().armed && Cur().verified) return Accept();
     if (budget_ < 1) return Cur().armed ? void() : Trim();
     budget_ -= 1;
-    std::vector<std::vector<int32_t>> ids(static_cast<size_t>(rows_));
+    std::vector<std::vector<int32_t>> ids(static_cast<size_t>(Rows()));
     std::string text = "decode";
     const bool any_ids = Chance(50);
     for (size_t r = 0; r < ids.size(); ++r) {
@@ -353,6 +358,64 @@ class Generator {
     s.after_window = false;
   }
 
+  // join, filter or extract, mostly valid.
+  void Batch() {
+    Shadow& s = Cur();
+    if (s.armed) return Accept();
+    switch (Range(0, 2)) {
+      case 0: {  // join another layout, not growing past 8 rows
+        std::vector<std::string> names;
+        for (const auto& entry : layouts_) {
+          if (entry.first != current_ && !entry.second.armed &&
+              entry.second.ids.size() + s.ids.size() <= 8) {
+            names.push_back(entry.first);
+          }
+        }
+        if (names.empty()) return Fork();
+        const std::string name =
+            names[static_cast<size_t>(Range(0, static_cast<int32_t>(names.size()) - 1))];
+        const Shadow b = layouts_[name];
+        Line("join " + name);
+        s.ids.insert(s.ids.end(), b.ids.begin(), b.ids.end());
+        s.columns = std::max(s.columns, b.columns);
+        s.peak = std::max(s.peak, b.peak);
+        s.written = s.written || b.written;
+        s.batched = true;
+        break;
+      }
+      case 1: {  // filter: each row kept with probability 1/2, at least one
+        std::vector<int32_t> keep;
+        std::vector<std::vector<int32_t>> ids;
+        for (int32_t r = 0; r < Rows(); ++r) {
+          if (Chance(50)) {
+            keep.push_back(r);
+            ids.push_back(s.ids[static_cast<size_t>(r)]);
+          }
+        }
+        if (keep.empty()) {
+          keep.push_back(Rows() - 1);
+          ids.push_back(s.ids.back());
+        }
+        Line("filter " + JoinInts(keep));
+        s.ids = ids;
+        break;
+      }
+      default: {  // extract: a single-row layout fed only that row's tokens
+        const int32_t r = Range(0, Rows() - 1);
+        const std::string name = "x" + std::to_string(forks_++);
+        Line("extract " + std::to_string(r) + " as " + name);
+        Shadow e;
+        e.ids.push_back(s.ids[static_cast<size_t>(r)]);
+        e.written = s.written;
+        e.columns = e.peak = e.peak_before = e.Count(0);
+        layouts_[name] = e;
+        return;
+      }
+    }
+    s.has_last = false;
+    s.after_window = false;
+  }
+
   // Through the persistence codec and back: a change, nothing else.
   void Reload() {
     Line("reload");
@@ -376,7 +439,7 @@ class Generator {
 
   void ExpectPositions() {
     std::vector<int32_t> p = Cur().Positions();
-    if (Chance(15)) p[static_cast<size_t>(Range(0, rows_ - 1))] += Range(1, 2);
+    if (Chance(15)) p[static_cast<size_t>(Range(0, Rows() - 1))] += Range(1, 2);
     Line("expect positions " + JoinInts(p));
   }
 
@@ -384,7 +447,7 @@ class Generator {
     const Shadow& s = Cur();
     if (!s.has_last) return ExpectPositions();
     const size_t l = static_cast<size_t>(Range(0, static_cast<int32_t>(layers_.size()) - 1));
-    const size_t r = static_cast<size_t>(Range(0, rows_ - 1));
+    const size_t r = static_cast<size_t>(Range(0, Rows() - 1));
     if (s.last_count[r] == 0) return ExpectPositions();
     const int32_t p = s.last_first[r] + Range(0, s.last_count[r] - 1);
     const int32_t W = layers_[l].window;
@@ -428,7 +491,7 @@ class Generator {
       case 1: {
         const std::string kind = layer.ring ? "rotating" : "kv";
         Line("expect kind " + layer.name + " " +
-             ((rows_ == 1) != Chance(10) ? kind : "batched_" + kind));
+             (!Cur().batched != Chance(10) ? kind : "batched_" + kind));
         return;
       }
       case 2:
@@ -451,8 +514,8 @@ class Generator {
   // when the chosen kind of refusal is not available here.
   std::string RefusedOperation() {
     const Shadow& s = Cur();
-    const std::string rows_list = JoinInts(std::vector<int32_t>(static_cast<size_t>(rows_), 0));
-    switch (Range(0, 13)) {
+    const std::string rows_list = JoinInts(std::vector<int32_t>(static_cast<size_t>(Rows()), 0));
+    switch (Range(0, 19)) {
       case 0:  // trim more than a row holds
         return "trim " + std::to_string(s.MinCount() + Range(1, 3));
       case 1:  // bypass when the last change was not a window, or beyond it
@@ -471,8 +534,8 @@ class Generator {
         return "accept " + std::to_string(*std::max_element(s.verify_real.begin(),
                                                             s.verify_real.end()) + 1);
       case 5:  // accept list of the wrong length
-        if (rows_ == 1) return "";
-        return "accept " + JoinInts(std::vector<int32_t>(static_cast<size_t>(rows_) + 1, 0));
+        if (Rows() == 1) return "";
+        return "accept " + JoinInts(std::vector<int32_t>(static_cast<size_t>(Rows()) + 1, 0));
       case 6:  // a second forward while armed
         return s.armed && s.verified ? (Chance(50) ? "decode" : "window 2") : "";
       case 7: {  // left padding on a row that holds tokens
@@ -487,19 +550,32 @@ class Generator {
       }
       case 8:  // left + right > L
         return "window 2 left=" + rows_list + " right=" +
-               JoinInts(std::vector<int32_t>(static_cast<size_t>(rows_), 3));
+               JoinInts(std::vector<int32_t>(static_cast<size_t>(Rows()), 3));
       case 9:  // list lengths against rows
         return Chance(50) ? "window 2 right=" + rows_list + ",0"
                           : "window 2 left=" + rows_list + ",0";
       case 10: {  // ids: wrong count in a row, or wrong number of groups
         std::string g;
-        for (int r = 0; r < rows_; ++r) g += (r ? "/" : "") + std::string("1,2,3");
+        for (int r = 0; r < Rows(); ++r) g += (r ? "/" : "") + std::string("1,2,3");
         return Chance(50) ? "window 2 ids=" + g : "decode ids=" + g + "/4";
       }
       case 11:  // fork onto an existing name
         return "fork " + std::string(Chance(50) ? "main" : current_);
       case 12:  // use of an unknown name
         return "use nowhere";
+      case 13:  // join of an unknown name, or of the layout into itself
+        return Chance(50) ? "join nowhere" : "join " + current_;
+      case 14:  // join, filter or extract while armed
+        if (!s.armed) return "";
+        return Chance(33) ? "filter 0" : Chance(50) ? "extract 0 as xa" : "join nowhere";
+      case 15:  // filter of a row that does not exist
+        return "filter " + std::to_string(Rows());
+      case 16:  // filter rows not strictly ascending
+        return Rows() >= 2 && Chance(50) ? "filter 1,0" : "filter 0,0";
+      case 17:  // extract of a row that does not exist
+        return "extract " + std::to_string(Rows() + Range(0, 2)) + " as xb";
+      case 18:  // extract onto an existing name
+        return "extract 0 as " + current_;
       default:  // expect equal of an unknown name (a refusal, not a failure)
         return "";
     }
@@ -528,7 +604,7 @@ class Generator {
     if (!Chance(25)) return ExpectError();
     std::string op = RefusedOperation();
     if (op.empty()) op = Chance(50) ? "expect equal nowhere" : "expect positions " +
-                             JoinInts(std::vector<int32_t>(static_cast<size_t>(rows_) + 1, 0));
+                             JoinInts(std::vector<int32_t>(static_cast<size_t>(Rows()) + 1, 0));
     Line(op);
     stopped_ = true;
   }
@@ -548,7 +624,7 @@ class Generator {
 // The trace being run, printed when a sanitizer stops the process.
 const std::string* g_running_trace = nullptr;
 
-void PrintRunningTrace() {
+[[maybe_unused]] void PrintRunningTrace() {
   if (g_running_trace) {
     std::fprintf(stderr, "==== the generated trace that was running\n%s====\n",
                  g_running_trace->c_str());

@@ -13,6 +13,8 @@ namespace kvspec::fuzz {
 //   corpus/regressions/fuzz_trace_parse/reload_then_trim_bypass.trace.
 // A newly found bug that cannot be fixed at once goes here, with a
 // conservative test on the program, until it is fixed.
+// - An extracted layout ran the Highway kernels under --reference:
+//   corpus/regressions/fuzz_trace_parse/reference_kernels_after_extract.trace.
 bool MayReachKnownIssue(const trace::Program& program, std::string* which) {
   static const bool no_skip = std::getenv("KVSPEC_FUZZ_NO_SKIP") != nullptr;
   (void)program;

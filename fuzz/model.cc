@@ -83,6 +83,10 @@ struct LayoutState {
   // trim or an accept leaves it as if only the kept tokens were written).
   int64_t peak = 0;
   int64_t peak_before_forward = 0;
+  // Whether the caches are the batched kinds (README "Cache kinds": built
+  // batched for more than one row; a join gives the batched kinds, a filter
+  // keeps them, an extract gives the single-row kinds).
+  bool batched = false;
 
   // Speculative round (TRACE.md precise rule 4).
   bool armed = false;
@@ -139,6 +143,7 @@ class Model {
     }
     LayoutState main;
     main.rows.resize(static_cast<size_t>(program_.rows));
+    main.batched = program_.rows > 1;
     layouts_["main"] = main;
     current_ = "main";
     for (const Statement& st : program_.body) {
@@ -167,7 +172,8 @@ class Model {
 
  private:
   LayoutState& Cur() { return layouts_[current_]; }
-  int Rows() const { return program_.rows; }
+  int Rows() { return static_cast<int>(Cur().rows.size()); }
+
 
   // A ring whose columns ever exceeded its capacity (precise rule 1).
   static bool Wrapped(const LayerDecl& layer, const LayoutState& s) {
@@ -204,14 +210,12 @@ class Model {
         Cur().last_change_was_window = false;
         Cur().window_real.clear();
         return Result::Done();
-      // TODO(model): join, filter and extract change the row count (precise
-      // rules 1, 4-6); Rows() becomes per layout then.
       case Op::kJoin:
-        return Result::Unsupported("join");
+        return Join(st);
       case Op::kFilter:
-        return Result::Unsupported("filter");
+        return Filter(st);
       case Op::kExtract:
-        return Result::Unsupported("extract");
+        return Extract(st);
       case Op::kExpectSees:
         return ExpectSees(st);
       case Op::kExpectOut:
@@ -227,16 +231,16 @@ class Model {
         return ExpectError(st);
       case Op::kExpectEqual:
         return ExpectEqual(st);
-      case Op::kExpectTrimmable:
+      case Op::kExpectTrimmable: {
         // A kv layer always is; a ring until it wraps.
-        if (st.yes == Wrapped(program_.layers[static_cast<size_t>(st.layer)], Cur())) {
-          Failed(st);
-        }
+        const LayerDecl& layer = program_.layers[static_cast<size_t>(st.layer)];
+        if (st.yes == Wrapped(layer, Cur())) Failed(st);
         return Result::Done();
+      }
       case Op::kExpectKind: {
         const std::string base =
             trace::LayerKindName(program_.layers[static_cast<size_t>(st.layer)].kind);
-        if (st.kind_string != (Rows() == 1 ? base : "batched_" + base)) Failed(st);
+        if (st.kind_string != (Cur().batched ? "batched_" + base : base)) Failed(st);
         return Result::Done();
       }
       case Op::kExpectBytesPerToken: {
@@ -400,6 +404,79 @@ class Model {
     s.last_change_was_window = false;
     s.window_real.clear();
     return Result::Done();
+  }
+
+  // `join NAME` (precise rules 1, 4-6): NAME's rows follow the current
+  // ones; the side with fewer columns is right-justified behind left pads.
+  Result Join(const Statement& st) {
+    const auto it = layouts_.find(st.name);
+    if (it == layouts_.end()) return Result::Refused("join of an unknown name");
+    if (st.name == current_) return Result::Refused("join of a layout into itself");
+    LayoutState& a = Cur();
+    const LayoutState& b = it->second;
+    if (a.armed || b.armed) return Result::Refused("join while a side is armed");
+    if (a.rows.size() + b.rows.size() > static_cast<size_t>(trace::kMaxRows)) {
+      return Result::Refused("join beyond the row limit");
+    }
+    const int64_t columns = std::max(a.Columns(), b.Columns());
+    std::vector<Row> rows = a.rows;
+    rows.insert(rows.end(), b.rows.begin(), b.rows.end());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const int64_t pads = columns - (r < a.rows.size() ? a.Columns() : b.Columns());
+      rows[r].columns.insert(rows[r].columns.begin(), static_cast<size_t>(pads), Column{});
+    }
+    a.rows = std::move(rows);
+    a.peak = std::max(a.peak, b.peak);
+    a.batched = true;
+    ChangedRows(&a);
+    return Result::Done();
+  }
+
+  // `filter R0,R1,..`: a non-empty, strictly ascending list of rows.
+  Result Filter(const Statement& st) {
+    LayoutState& s = Cur();
+    if (s.armed) return Result::Refused("filter while armed");
+    for (size_t i = 0; i < st.rows.size(); ++i) {
+      if (st.rows[i] >= Rows()) return Result::Refused("filter of a row that does not exist");
+      if (i > 0 && st.rows[i] <= st.rows[i - 1]) {
+        return Result::Refused("filter rows not strictly ascending");
+      }
+    }
+    if (st.rows.empty()) return Result::Refused("filter of no rows");
+    std::vector<Row> rows;
+    for (int32_t r : st.rows) rows.push_back(s.rows[static_cast<size_t>(r)]);
+    s.rows = std::move(rows);
+    ChangedRows(&s);
+    return Result::Done();
+  }
+
+  // `extract R as NAME`: NAME is a new one-row layout that behaves as a
+  // single-row cache fed only row R's tokens (precise rule 1): no pads, its
+  // peak is its token count (README: an extracted ring row is trimmable
+  // exactly like a fresh single-row ring), no round, no last forward. The
+  // current layout does not change.
+  Result Extract(const Statement& st) {
+    if (layouts_.count(st.name)) return Result::Refused("extract onto an existing name");
+    const LayoutState& s = Cur();
+    if (s.armed) return Result::Refused("extract while armed");
+    if (st.row >= Rows()) return Result::Refused("extract of a row that does not exist");
+    LayoutState e;
+    e.rows.emplace_back();
+    for (const Column& c : s.rows[static_cast<size_t>(st.row)].columns) {
+      if (c.real) e.rows[0].columns.push_back(c);
+    }
+    e.peak = e.peak_before_forward = e.Columns();
+    e.batched = false;
+    layouts_[st.name] = std::move(e);
+    return Result::Done();
+  }
+
+  // After join or filter: no last forward, and a change (precise rules 3, 6).
+  static void ChangedRows(LayoutState* s) {
+    s->has_last_forward = false;
+    s->last_forward.clear();
+    s->last_change_was_window = false;
+    s->window_real.clear();
   }
 
   Result ExpectSees(const Statement& st) {

@@ -11,12 +11,12 @@
 //
 // Coverage: `kv` and `rotating` layers (a ring sees what a kv layer of its
 // window sees; its capacity only decides when it wraps and stops being
-// trimmable), and the statements window, decode, trim, arm, accept, fork,
-// use, reload and every expectation but `expect out`. A program that
-// reaches something else (an ssm layer, join, filter, extract, `expect out`)
-// is reported as not supported, and nothing else in the outcome means
-// anything; callers skip the comparison. Each of those has one place in
-// model.cc to grow into.
+// trimmable), every operation, and every expectation but `expect out`.
+// Where TRACE.md leaves room the model follows the project's README (kinds
+// after join, filter and extract; an extracted ring row). A program that
+// reaches an ssm layer or `expect out` is reported as not supported, and
+// nothing else in the outcome means anything then; callers skip the
+// comparison. Each has one place in model.cc to grow into.
 #pragma once
 
 #include <string>

@@ -37,7 +37,7 @@ namespace kvspec_test_old {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// The gated delta kernel as it was before the multi-row rewrite, verbatim.
+// The gated delta kernel as it was before the rewrite, verbatim.
 void OldGatedDeltaStepImpl(const float* state_in, float* state_out, const float* HWY_RESTRICT q,
                            const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
                            const float* HWY_RESTRICT g, const float* HWY_RESTRICT beta,
