@@ -61,8 +61,8 @@ void PrepareQueryKeyImpl(const float* HWY_RESTRICT q_raw, const float* HWY_RESTR
 // while the state sat in cache (BM_DecodeHot) but 15-40% slower streaming
 // it from DRAM (BM_Decode), with or without software prefetch; one row at a
 // time with a prefetch 8 KiB ahead was 10-20% faster from DRAM but up to
-// 20% slower hot. One row at a time without either (this) was no slower in
-// either case and faster hot.
+// 20% slower hot. One row at a time without either (this) measured the
+// same as the original kernel in both cases.
 template <class D>
 HWY_INLINE void StepRow(D d, const float* row_in, float* row_out, size_t dk,
                         const float* HWY_RESTRICT kh, const float* HWY_RESTRICT qh,
