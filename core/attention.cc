@@ -1,6 +1,7 @@
 // Attention kernels: Highway version (per target) and scalar reference.
 #include "core/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -16,43 +17,143 @@ namespace kvspec {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// q . k over dim lanes; the same instruction sequence for every slot.
-HWY_INLINE float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
-                     int dim) {
-  const hn::ScalableTag<float> d;
-  const int N = static_cast<int>(hn::Lanes(d));
-  auto acc0 = hn::Zero(d);
-  auto acc1 = hn::Zero(d);
-  int i = 0;
-  for (; i + 2 * N <= dim; i += 2 * N) {
-    acc0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), acc0);
-    acc1 = hn::MulAdd(hn::LoadU(d, a + i + N), hn::LoadU(d, b + i + N), acc1);
-  }
-  if (i + N <= dim) {
-    acc0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), acc0);
-    i += N;
-  }
-  float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
-  for (; i < dim; ++i) sum += a[i] * b[i];
-  return sum;
-}
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
 
-// acc[0, dim) += w * v[0, dim)
-HWY_INLINE void AddScaled(float w, const float* HWY_RESTRICT v,
-                          float* HWY_RESTRICT acc, int dim) {
-  const hn::ScalableTag<float> d;
+// N lanes of stored keys or values as fp32: fp32 storage, or bf16 storage
+// (the upper half of an fp32) widened exactly.
+HWY_INLINE VF LoadLanes(DF d, const float* HWY_RESTRICT p) { return hn::LoadU(d, p); }
+HWY_INLINE VF LoadLanes(DF d, const uint16_t* HWY_RESTRICT p) {
+  const hn::Rebind<uint16_t, DF> d16;
+  const hn::RebindToUnsigned<DF> d32;
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(d32, hn::LoadU(d16, p))));
+}
+HWY_INLINE float Element(const float* p, int i) { return p[i]; }
+HWY_INLINE float Element(const uint16_t* p, int i) { return Bf16ToFloat(p[i]); }
+
+// Scores of kG query heads (their queries dim floats apart from q) against
+// the keys of kS slots: out[g * stride + s] = (q_g . key_s) * scale.
+// Each (head, slot) pair has its own accumulator, fed one vector of lanes
+// at a time in dim order and reduced once, then the scalar tail: the same
+// arithmetic for every pair whatever kG and kS, so a slot's score does not
+// depend on the block it falls in. Blocks of several slots and heads let
+// each loaded key vector feed kG multiply-adds and each query vector kS.
+template <int kG, int kS, typename T>
+HWY_INLINE void ScoreBlock(const float* HWY_RESTRICT q, int dim, const T* const* keys,
+                           float scale, float* HWY_RESTRICT out, size_t stride) {
+  const DF d;
   const int N = static_cast<int>(hn::Lanes(d));
-  const auto vw = hn::Set(d, w);
+  VF acc[kG][kS];
+  HWY_UNROLL(4)
+  for (int g = 0; g < kG; ++g) {
+    HWY_UNROLL(4)
+    for (int s = 0; s < kS; ++s) acc[g][s] = hn::Zero(d);
+  }
   int i = 0;
   for (; i + N <= dim; i += N) {
-    hn::StoreU(hn::MulAdd(vw, hn::LoadU(d, v + i), hn::LoadU(d, acc + i)), d, acc + i);
+    VF k[kS];
+    HWY_UNROLL(4)
+    for (int s = 0; s < kS; ++s) k[s] = LoadLanes(d, keys[s] + i);
+    HWY_UNROLL(4)
+    for (int g = 0; g < kG; ++g) {
+      const VF qv = hn::LoadU(d, q + g * dim + i);
+      HWY_UNROLL(4)
+      for (int s = 0; s < kS; ++s) acc[g][s] = hn::MulAdd(qv, k[s], acc[g][s]);
+    }
   }
-  for (; i < dim; ++i) acc[i] += w * v[i];
+  HWY_UNROLL(4)
+  for (int g = 0; g < kG; ++g) {
+    HWY_UNROLL(4)
+    for (int s = 0; s < kS; ++s) {
+      float sum = hn::GetLane(hn::SumOfLanes(d, acc[g][s]));
+      for (int t = i; t < dim; ++t) sum += q[g * dim + t] * Element(keys[s], t);
+      out[static_cast<size_t>(g) * stride + s] = sum * scale;
+    }
+  }
+}
+
+// Scores of query heads [0, group) (queries dim floats apart from q) over
+// the admitted slots, in blocks of heads and slots.
+template <typename T>
+HWY_INLINE void Scores(const float* HWY_RESTRICT q, int group, int dim, const T* const* keys,
+                       size_t n, float scale, float* HWY_RESTRICT scores, size_t stride) {
+  int g = 0;
+  for (; g + 4 <= group; g += 4) {
+    const float* qg = q + g * dim;
+    float* sg = scores + g * stride;
+    size_t j = 0;
+    for (; j + 2 <= n; j += 2) ScoreBlock<4, 2>(qg, dim, keys + j, scale, sg + j, stride);
+    for (; j < n; ++j) ScoreBlock<4, 1>(qg, dim, keys + j, scale, sg + j, stride);
+  }
+  for (; g < group; ++g) {
+    const float* qg = q + g * dim;
+    float* sg = scores + g * stride;
+    size_t j = 0;
+    for (; j + 4 <= n; j += 4) ScoreBlock<1, 4>(qg, dim, keys + j, scale, sg + j, stride);
+    for (; j < n; ++j) ScoreBlock<1, 1>(qg, dim, keys + j, scale, sg + j, stride);
+  }
+}
+
+// acc_g[0, dim) += sum over j in [0, n), in order, of w[g * stride + j] *
+// value_j, for kG heads (acc_g dim floats apart). Every output lane sees the
+// same sequence of multiply-adds whatever the blocking of heads, slots or
+// lanes, so results are bit-identical across blockings. Lanes go in chunks
+// of two vectors held in registers over the n slots (the caller keeps n
+// small enough for the n values to stay in L1 across the chunks).
+template <int kG, typename T>
+HWY_INLINE void ValueBlock(const float* HWY_RESTRICT w, size_t stride, const T* const* values,
+                           size_t n, int dim, float* HWY_RESTRICT acc) {
+  const DF d;
+  const int N = static_cast<int>(hn::Lanes(d));
+  int i = 0;
+  for (; i + 2 * N <= dim; i += 2 * N) {
+    VF a[kG][2];
+    HWY_UNROLL(4)
+    for (int g = 0; g < kG; ++g) {
+      a[g][0] = hn::LoadU(d, acc + g * dim + i);
+      a[g][1] = hn::LoadU(d, acc + g * dim + i + N);
+    }
+    for (size_t j = 0; j < n; ++j) {
+      const VF v0 = LoadLanes(d, values[j] + i);
+      const VF v1 = LoadLanes(d, values[j] + i + N);
+      HWY_UNROLL(4)
+      for (int g = 0; g < kG; ++g) {
+        const VF wv = hn::Set(d, w[g * stride + j]);
+        a[g][0] = hn::MulAdd(wv, v0, a[g][0]);
+        a[g][1] = hn::MulAdd(wv, v1, a[g][1]);
+      }
+    }
+    HWY_UNROLL(4)
+    for (int g = 0; g < kG; ++g) {
+      hn::StoreU(a[g][0], d, acc + g * dim + i);
+      hn::StoreU(a[g][1], d, acc + g * dim + i + N);
+    }
+  }
+  for (; i + N <= dim; i += N) {
+    VF a[kG];
+    HWY_UNROLL(4)
+    for (int g = 0; g < kG; ++g) a[g] = hn::LoadU(d, acc + g * dim + i);
+    for (size_t j = 0; j < n; ++j) {
+      const VF v0 = LoadLanes(d, values[j] + i);
+      HWY_UNROLL(4)
+      for (int g = 0; g < kG; ++g) a[g] = hn::MulAdd(hn::Set(d, w[g * stride + j]), v0, a[g]);
+    }
+    HWY_UNROLL(4)
+    for (int g = 0; g < kG; ++g) hn::StoreU(a[g], d, acc + g * dim + i);
+  }
+  for (; i < dim; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      const float x = Element(values[j], i);
+      HWY_UNROLL(4)
+      for (int g = 0; g < kG; ++g) acc[g * dim + i] = hn::GetLane(hn::MulAdd(
+          hn::Set(d, w[g * stride + j]), hn::Set(d, x), hn::Set(d, acc[g * dim + i])));
+    }
+  }
 }
 
 // p[i] = exp(p[i] - max) for i < count; p has room for a whole vector more.
 HWY_INLINE void ExpShifted(float* HWY_RESTRICT p, size_t count, float max) {
-  const hn::ScalableTag<float> d;
+  const DF d;
   const size_t N = hn::Lanes(d);
   const auto vmax = hn::Set(d, max);
   for (size_t i = count; i % N != 0; ++i) p[i] = max;  // padding lanes
@@ -61,18 +162,30 @@ HWY_INLINE void ExpShifted(float* HWY_RESTRICT p, size_t count, float max) {
   }
 }
 
-void AttendImpl(const float* HWY_RESTRICT q, int q_heads, const KvView& kv,
-                const Mask& mask, float* HWY_RESTRICT out) {
-  const hn::ScalableTag<float> d;
+// Per (row, query, KV head): the admitted slots in logical order, the
+// scores of the group's query heads (each key read once for the group),
+// softmax per head, then the values in blocks of slots (each value read
+// once from memory for the group).
+template <typename T>
+void AttendTyped(const float* HWY_RESTRICT q, int q_heads, const KvView& kv, const Mask& mask,
+                 const T* k_base, const T* v_base, float* HWY_RESTRICT out) {
+  const DF d;
   const size_t N = hn::Lanes(d);
   const int dim = kv.dim;
   const int group = q_heads / kv.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   const size_t padded = (static_cast<size_t>(mask.slots) + N) / N * N;
+  // Slots per value block: about 16 KiB of values, so a block read from
+  // memory for the first lane chunk is still in L1 for the others.
+  const size_t block = std::max<size_t>(8, 16384 / (static_cast<size_t>(dim) * sizeof(T)));
   std::vector<float> scores(static_cast<size_t>(group) * padded);  // [group][slots]
   std::vector<int32_t> admitted(static_cast<size_t>(mask.slots));
+  std::vector<const T*> rows(static_cast<size_t>(mask.slots));
   std::vector<float> acc(static_cast<size_t>(group) * dim);  // [group][dim]
   std::vector<float> sums(static_cast<size_t>(group));
+  const auto at = [&](const T* base, int r, int kh, int32_t s) {
+    return base + r * kv.row_stride + kh * kv.head_stride + static_cast<size_t>(s) * dim;
+  };
 
   for (int r = 0; r < mask.rows; ++r) {
     const int32_t* pos = mask.slot_pos + r * mask.slot_stride;
@@ -88,22 +201,14 @@ void AttendImpl(const float* HWY_RESTRICT q, int q_heads, const KvView& kv,
         if (pos[s] >= lo && pos[s] <= hi) admitted[n++] = s;
       }
       for (int kh = 0; kh < kv.kv_heads; ++kh) {
-        // Scores of every query head of the group, reading each key once.
-        for (size_t j = 0; j < n; ++j) {
-          const float* k = kv.Key(r, kh, admitted[j]);
-          for (int g = 0; g < group; ++g) {
-            const float* qv = q + (rq * q_heads + kh * group + g) * dim;
-            scores[g * padded + j] = Dot(qv, k, dim) * scale;
-          }
-        }
+        float* o = out + (rq * q_heads + kh * group) * dim;
         if (n == 0) {
-          for (int g = 0; g < group; ++g) {
-            std::memset(out + (rq * q_heads + kh * group + g) * dim, 0, sizeof(float) * dim);
-          }
+          std::memset(o, 0, sizeof(float) * group * dim);
           continue;
         }
-        // Softmax weights per query head, then one pass over the values that
-        // reads each value row once for the whole group.
+        for (size_t j = 0; j < n; ++j) rows[j] = at(k_base, r, kh, admitted[j]);
+        const float* qh = q + (rq * q_heads + kh * group) * dim;
+        Scores(qh, group, dim, rows.data(), n, scale, scores.data(), padded);
         for (int g = 0; g < group; ++g) {
           float* p = &scores[g * padded];
           float max = p[0];
@@ -113,20 +218,35 @@ void AttendImpl(const float* HWY_RESTRICT q, int q_heads, const KvView& kv,
           for (size_t j = 0; j < n; ++j) sum += p[j];
           sums[g] = sum;
         }
+        for (size_t j = 0; j < n; ++j) rows[j] = at(v_base, r, kh, admitted[j]);
         std::fill(acc.begin(), acc.end(), 0.0f);
-        for (size_t j = 0; j < n; ++j) {
-          const float* v = kv.Value(r, kh, admitted[j]);
-          for (int g = 0; g < group; ++g) {
-            AddScaled(scores[g * padded + j], v, &acc[static_cast<size_t>(g) * dim], dim);
+        for (size_t j0 = 0; j0 < n; j0 += block) {
+          const size_t count = std::min(block, n - j0);
+          int g = 0;
+          for (; g + 4 <= group; g += 4) {
+            ValueBlock<4>(&scores[g * padded + j0], padded, rows.data() + j0, count, dim,
+                          &acc[static_cast<size_t>(g) * dim]);
+          }
+          for (; g < group; ++g) {
+            ValueBlock<1>(&scores[g * padded + j0], padded, rows.data() + j0, count, dim,
+                          &acc[static_cast<size_t>(g) * dim]);
           }
         }
         for (int g = 0; g < group; ++g) {
-          float* o = out + (rq * q_heads + kh * group + g) * dim;
           const float* a = &acc[static_cast<size_t>(g) * dim];
-          for (int i = 0; i < dim; ++i) o[i] = a[i] / sums[g];
+          for (int i = 0; i < dim; ++i) o[g * dim + i] = a[i] / sums[g];
         }
       }
     }
+  }
+}
+
+void AttendImpl(const float* HWY_RESTRICT q, int q_heads, const KvView& kv,
+                const Mask& mask, float* HWY_RESTRICT out) {
+  if (kv.bf16()) {
+    AttendTyped(q, q_heads, kv, mask, kv.k_bf16, kv.v_bf16, out);
+  } else {
+    AttendTyped(q, q_heads, kv, mask, kv.k, kv.v, out);
   }
 }
 
@@ -148,6 +268,17 @@ void Attend(const float* q, int q_heads, const KvView& kv, const Mask& mask,
 }
 
 const char* AttentionTargetName() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+
+namespace {
+
+float StoredKey(const KvView& kv, int r, int h, int32_t s, int i) {
+  return kv.bf16() ? Bf16ToFloat(kv.KeyBf16(r, h, s)[i]) : kv.Key(r, h, s)[i];
+}
+float StoredValue(const KvView& kv, int r, int h, int32_t s, int i) {
+  return kv.bf16() ? Bf16ToFloat(kv.ValueBf16(r, h, s)[i]) : kv.Value(r, h, s)[i];
+}
+
+}  // namespace
 
 void AttendReference(const float* q, int q_heads, const KvView& kv,
                      const Mask& mask, float* out) {
@@ -175,9 +306,8 @@ void AttendReference(const float* q, int q_heads, const KvView& kv,
         }
         float max = -INFINITY;
         for (size_t j = 0; j < n; ++j) {
-          const float* k = kv.Key(r, kh, admitted[j]);
           float dot = 0.0f;
-          for (int i = 0; i < dim; ++i) dot += qv[i] * k[i];
+          for (int i = 0; i < dim; ++i) dot += qv[i] * StoredKey(kv, r, kh, admitted[j], i);
           score[j] = dot * scale;
           if (score[j] > max) max = score[j];
         }
@@ -186,8 +316,7 @@ void AttendReference(const float* q, int q_heads, const KvView& kv,
         for (size_t j = 0; j < n; ++j) {
           const float w = std::exp(score[j] - max);
           sum += w;
-          const float* v = kv.Value(r, kh, admitted[j]);
-          for (int i = 0; i < dim; ++i) acc[i] += w * v[i];
+          for (int i = 0; i < dim; ++i) acc[i] += w * StoredValue(kv, r, kh, admitted[j], i);
         }
         for (int i = 0; i < dim; ++i) o[i] = acc[i] / sum;
       }
