@@ -1,49 +1,67 @@
-// Benchmarks of kvspec::Attend per Highway target: decode (L = 1) and
-// window (L = 4, 16, 128) forwards over a batched KV cache, hot (one cache
-// reused, as far as it fits in the caches) and cold (rotating through at
-// least 1 GiB of distinct caches, so K and V stream from DRAM as they do when
-// a model decodes through many layers), and BM_StreamRead, the single-core
-// streaming read bandwidth the decode figures are compared with.
-//
-// Names: BM_Decode/<target>/<cache length>, BM_DecodeHot/<target>/<length>,
-// BM_Window/<target>/<context>/<L>, BM_WindowHot/<target>/<context>/<L>,
-// BM_DecodeRing/<target>/<length>/<wrapped 0|1> (a rotating cache read in
-// place), BM_StreamRead. The label is the target Attend really dispatched to.
+// Benchmarks of kvspec::Attend per Highway target, with the physical limits
+// they are bounded by measured in the same run:
+// - BM_StreamRead: single-core streaming read bandwidth over 1 GiB (the
+//   limit of decode attention, which reads every admitted key and value
+//   once); BM_StreamReadWrite: read+write bandwidth (in-place update of
+//   1 GiB, both directions counted); BM_PeakFma/<target>: peak FP32
+//   multiply-add rate of one core on that target (the limit of window
+//   attention over many queries).
+// - BM_Decode/<target>/<f32|bf16>/<head dim>/<cache length>: one decode
+//   query over a batched KV cache of 8 KV heads x 4 query heads each (32
+//   query heads), cold (rotating through at least 1 GiB of distinct caches,
+//   as when a model decodes through many layers); BM_DecodeHot: the same
+//   shape on one cache reused. bf16: the same keys and values stored as
+//   bfloat16 (KvView::k_bf16), half the bytes.
+// - BM_DecodeBlas/f32/<head dim>/<cache length>: the peer, decode written
+//   the way a user would with OpenBLAS (single-threaded): per query head,
+//   cblas_sgemv for the scores, a softmax, cblas_sgemv for the values.
+// - BM_DecodeRing/<target>/<length>/<wrapped 0|1>: a rotating cache read in
+//   place, full but not wrapped against wrapped at phase ~1/2.
+// - BM_Window[Hot]/<target>/<context>/<L>: a forward of L causal queries
+//   after `context` stored tokens.
+// The label is the target Attend really dispatched to.
 //
 // Counters: bytes_per_second counts the K and V bytes of the admitted slots
 // once per call (the least a kernel must read); items_per_second counts
-// attended tokens, one per admitted (query, slot) pair (the cache length for
-// a decode; context + i + 1 for window query i). Rates are per CPU second
-// (Google Benchmark's default clock; run pinned, where it tracks wall time).
-// stream_fraction is bytes_per_second over the BM_StreamRead figure of the
-// same process; it appears only when BM_StreamRead ran first (it is
-// registered first, so it does unless a filter excludes it).
+// attended (query, slot) pairs. stream_fraction = bytes_per_second over the
+// BM_StreamRead median of this process; fma_fraction (window benchmarks) =
+// flops per second (4 * head_dim per query head and attended pair) over
+// BM_PeakFma of the same target. They appear only when the limit ran
+// first in the same process (it is registered first, so it does unless a
+// filter excludes it). Rates are per CPU second; run pinned (bench/run).
 #include <benchmark/benchmark.h>
+#include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <time.h>
 
+#include "bench/limits.h"
 #include "core/attention.h"
 #include "core/cache.h"
 #include "core/kv_cache.h"
 #include "core/mask.h"
 #include "hwy/targets.h"
 
+extern "C" void openblas_set_num_threads(int num_threads);
+
 namespace kvspec {
 namespace {
 
-// The head shape of every attention benchmark: a GQA layer of a 7-8B model.
+// The head shape of every attention benchmark: 8 KV heads, 4 query heads
+// each (a GQA layer of a 7-8B model at head dim 128).
 constexpr int kKvHeads = 8;
-constexpr int kQueryHeads = 32;
-constexpr int kHeadDim = 128;
+constexpr int kGroup = 4;
+constexpr int kQueryHeads = kKvHeads * kGroup;
 constexpr int kRows = 1;
 
 constexpr size_t kGiB = size_t{1} << 30;
@@ -52,10 +70,17 @@ constexpr size_t kColdBytes = kGiB;
 // Bound on the caches of one cold set (reached only by tiny caches).
 constexpr size_t kMaxColdCaches = 512;
 
-constexpr int32_t kDecodeLengths[] = {512, 1024, 2048, 4096, 8192, 16384, 32768};
+constexpr int kHeadDims[] = {64, 128, 256};
+constexpr int32_t kDecodeLengths[] = {4096, 16384, 32768};
+constexpr int32_t kHotLengths[] = {512, 4096};
 constexpr int32_t kRingLengths[] = {4096, 32768};
 constexpr int32_t kWindowContext = 1024;
-constexpr int32_t kWindowColumns[] = {4, 16, 128};
+constexpr int32_t kWindowColumns[] = {16, 64, 128, 512};
+constexpr int kDefaultDim = 128;
+
+enum class DType { kF32 = 0, kBF16 = 1 };
+const char* DTypeName(DType t) { return t == DType::kF32 ? "f32" : "bf16"; }
+size_t DTypeBytes(DType t) { return t == DType::kF32 ? 4 : 2; }
 
 // Deterministic values in [-1, 1): xorshift64, no <random> state to seed.
 class Values {
@@ -75,27 +100,42 @@ class Values {
   uint64_t state_;
 };
 
+// How the cache of a case stores its tokens.
+enum class Storage { kPlain = 0, kRingFull = 1, kRingWrapped = 2 };
+
+struct Shape {
+  int32_t context = -1;  // tokens stored before the forward
+  int32_t columns = -1;  // L of the forward
+  Storage storage = Storage::kPlain;
+  int dim = kDefaultDim;
+  DType dtype = DType::kF32;
+  bool operator!=(const Shape& o) const {
+    return context != o.context || columns != o.columns || storage != o.storage ||
+           dim != o.dim || dtype != o.dtype;
+  }
+};
+
 // One cache that has just taken a forward of `columns` columns, with the
-// mask of that forward.
+// mask of that forward. The cache is built through the public API (append,
+// then the forward's mask over its slot positions); its storage is then
+// copied (fp32) or converted (bf16) into arrays the case owns, with the
+// same strides, and the cache is released.
 struct AttentionCase {
-  std::unique_ptr<ColumnStore> cache;  // owns what view and mask point to
+  std::vector<float> k, v;
+  std::vector<uint16_t> k16, v16;
+  std::vector<int32_t> slot_pos;
   KvView view;
   Mask mask;
 };
 
 // The one large working set alive at a time (a set of caches of one shape,
-// or the StreamRead buffer), so that the process stays near 1.3 GiB
-// whatever the filter. Repetitions of one benchmark and the targets of one
-// shape (registered next to each other) reuse it; it is built lazily.
-// How the cache of a case stores its tokens.
-enum class Storage { kPlain = 0, kRingFull = 1, kRingWrapped = 2 };
-
+// or a bandwidth buffer), so that the process stays near 1.3 GiB whatever
+// the filter. Repetitions of one benchmark and the targets of one shape
+// (registered next to each other) reuse it; it is built lazily.
 struct WorkingSet {
-  int32_t context = -1;  // tokens stored before the forward
-  int32_t columns = -1;  // L of the forward
-  Storage storage = Storage::kPlain;
-  std::vector<AttentionCase> cases;
-  std::vector<uint64_t> stream;  // BM_StreamRead's buffer
+  Shape shape;
+  std::vector<std::unique_ptr<AttentionCase>> cases;
+  std::vector<uint64_t> stream;  // the bandwidth probes' buffer
 };
 
 WorkingSet& Resident() {
@@ -103,119 +143,141 @@ WorkingSet& Resident() {
   return *set;
 }
 
-size_t KvBytesPerToken() {
-  return static_cast<size_t>(kRows) * kKvHeads * 2 * kHeadDim * sizeof(float);
+size_t KvBytesPerToken(int dim, DType dtype) {
+  return static_cast<size_t>(kRows) * kKvHeads * 2 * static_cast<size_t>(dim) * DTypeBytes(dtype);
 }
 
-// Builds one cache through the public API: an append of `context + columns`
-// columns, then the mask of a forward of its last `columns` columns (a
-// decode step when columns == 1) over the view's slot positions. Appending
-// the context and the forward separately would give the same slots and
-// mask; one append keeps the capacity exact instead of 1.5x.
-//
 // Rings (window = capacity = context + columns, so every stored token is
 // visible to the decode): kRingFull holds exactly `capacity` columns (full,
 // not wrapped, phase 0); kRingWrapped first takes half a ring more, so the
 // decode reads a wrapped ring in place at phase ~1/2.
-AttentionCase MakeCase(int32_t context, int32_t columns, Storage storage,
-                       const std::vector<float>& k, const std::vector<float>& v) {
-  AttentionCase c;
-  const int32_t total = context + columns;
+std::unique_ptr<AttentionCase> MakeCase(const Shape& shape, const std::vector<float>& k,
+                                        const std::vector<float>& v) {
+  const int32_t total = shape.context + shape.columns;
+  std::unique_ptr<ColumnStore> cache;
   Status appended;
-  if (storage == Storage::kPlain) {
-    c.cache = std::make_unique<BatchedKvCache>(kRows, kKvHeads, kHeadDim);
+  if (shape.storage == Storage::kPlain) {
+    cache = std::make_unique<BatchedKvCache>(kRows, kKvHeads, shape.dim);
   } else {
-    c.cache = std::make_unique<BatchedRotatingCache>(kRows, kKvHeads, kHeadDim, total, total);
-    if (storage == Storage::kRingWrapped) {
-      appended = c.cache->Append(ForwardColumns::Dense(kRows, total / 2), k.data(), v.data());
+    cache = std::make_unique<BatchedRotatingCache>(kRows, kKvHeads, shape.dim, total, total);
+    if (shape.storage == Storage::kRingWrapped) {
+      appended = cache->Append(ForwardColumns::Dense(kRows, total / 2), k.data(), v.data());
     }
   }
   if (appended.ok()) {
-    appended = c.cache->Append(ForwardColumns::Dense(kRows, total), k.data(), v.data());
+    appended = cache->Append(ForwardColumns::Dense(kRows, total), k.data(), v.data());
   }
   if (!appended.ok()) {
     std::fprintf(stderr, "attention_bench: Append failed: %s\n", appended.message().c_str());
     std::abort();
   }
-  c.view = c.cache->View();
-  const ForwardColumns forward = ForwardColumns::Dense(kRows, columns, /*decode=*/columns == 1);
-  c.mask = BuildMask(forward, c.cache->positions(), c.cache->window(), c.view);
+  auto c = std::make_unique<AttentionCase>();
+  const KvView view = cache->View();
+  const ForwardColumns forward =
+      ForwardColumns::Dense(kRows, shape.columns, /*decode=*/shape.columns == 1);
+  c->mask = BuildMask(forward, cache->positions(), cache->window(), view);
+  const size_t elements = view.row_stride * static_cast<size_t>(view.rows);
+  c->slot_pos.assign(view.slot_pos, view.slot_pos + view.slot_stride * view.rows);
+  c->view = view;
+  c->view.slot_pos = c->slot_pos.data();
+  c->mask.slot_pos = c->slot_pos.data();
+  if (shape.dtype == DType::kF32) {
+    c->k.assign(view.k, view.k + elements);
+    c->v.assign(view.v, view.v + elements);
+    c->view.k = c->k.data();
+    c->view.v = c->v.data();
+  } else {
+    c->k16.resize(elements);
+    c->v16.resize(elements);
+    for (size_t i = 0; i < elements; ++i) {
+      c->k16[i] = FloatToBf16(view.k[i]);
+      c->v16[i] = FloatToBf16(view.v[i]);
+    }
+    c->view.k = nullptr;
+    c->view.v = nullptr;
+    c->view.k_bf16 = c->k16.data();
+    c->view.v_bf16 = c->v16.data();
+  }
   return c;
 }
 
-// At least `count` caches of the shape (context, columns), each in its own
-// memory. Frees the previous working set when the shape differs.
-const std::vector<AttentionCase>& Cases(int32_t context, int32_t columns, Storage storage,
-                                        size_t count) {
+// At least `count` caches of the shape, each in its own memory. Frees the
+// previous working set when the shape differs.
+const std::vector<std::unique_ptr<AttentionCase>>& Cases(const Shape& shape, size_t count) {
   WorkingSet& set = Resident();
-  if (set.context != context || set.columns != columns || set.storage != storage) {
+  if (set.shape != shape) {
     set = WorkingSet();  // releases caches and the stream buffer first
-    set.context = context;
-    set.columns = columns;
-    set.storage = storage;
+    set.shape = shape;
   }
   if (set.cases.size() < count) {
     // [rows][context + columns][kv_heads][dim]: the same values for every
     // cache of the set; what matters for a cold read is distinct memory.
-    const size_t elements = static_cast<size_t>(kRows) * (context + columns) * kKvHeads * kHeadDim;
+    const size_t elements = static_cast<size_t>(kRows) * (shape.context + shape.columns) *
+                            kKvHeads * static_cast<size_t>(shape.dim);
     std::vector<float> k(elements), v(elements);
-    Values values(0x6B767370656331ull + static_cast<uint64_t>(context) * 131 + columns);
+    Values values(0x6B767370656331ull + static_cast<uint64_t>(shape.context) * 131 +
+                  static_cast<uint64_t>(shape.columns));
     values.Fill(&k);
     values.Fill(&v);
     set.cases.reserve(count);
-    while (set.cases.size() < count) {
-      set.cases.push_back(MakeCase(context, columns, storage, k, v));
-    }
+    while (set.cases.size() < count) set.cases.push_back(MakeCase(shape, k, v));
   }
   return set.cases;
 }
 
 // Caches a cold benchmark of this shape rotates through: >= kColdBytes.
-size_t ColdCount(int32_t tokens) {
-  const size_t bytes = static_cast<size_t>(tokens) * KvBytesPerToken();
+size_t ColdCount(const Shape& shape) {
+  const size_t bytes = static_cast<size_t>(shape.context + shape.columns) *
+                       KvBytesPerToken(shape.dim, shape.dtype);
   const size_t count = (kColdBytes + bytes - 1) / bytes;
   return std::min(std::max<size_t>(count, 2), kMaxColdCaches);
 }
 
 // K+V bytes of the slots the mask admits, counting each slot once, and the
 // admitted (query, slot) pairs; the same for every case of a set.
-void CountWork(const AttentionCase& c, double* bytes, double* tokens) {
+void CountWork(const AttentionCase& c, const Shape& shape, double* bytes, double* pairs) {
   std::vector<char> any(static_cast<size_t>(c.mask.slots), 0);
-  double pairs = 0;
+  double n = 0;
   for (int r = 0; r < c.mask.rows; ++r) {
     for (int32_t q = 0; q < c.mask.queries; ++q) {
       for (int32_t s = 0; s < c.mask.slots; ++s) {
         if (c.mask.Admits(r, q, s)) {
-          pairs += 1;
+          n += 1;
           any[s] = 1;
         }
       }
     }
   }
   const double slots = static_cast<double>(std::count(any.begin(), any.end(), 1));
-  *bytes = slots * static_cast<double>(KvBytesPerToken() / kRows);
-  *tokens = pairs;
+  *bytes = slots * static_cast<double>(KvBytesPerToken(shape.dim, shape.dtype) / kRows);
+  *pairs = n;
 }
 
 // ---------------------------------------------------------------------------
-// Single-core streaming read bandwidth, in bytes per second, of the
-// BM_StreamRead runs so far (the median of the runs that lasted at least
-// 0.1 s, else the latest); 0 when it has not run.
-struct StreamRecord {
-  std::vector<double> rates;  // runs of at least 0.1 s
+// Limits measured in this process: the median of the runs that lasted at
+// least 0.1 s, else the latest; 0 when the probe has not run.
+struct Record {
+  std::vector<double> rates;
   double latest = 0;
+  void Add(double rate, double seconds) {
+    latest = rate;
+    if (seconds >= 0.1) rates.push_back(rate);
+  }
+  double Median() const {
+    if (rates.empty()) return latest;
+    std::vector<double> r = rates;
+    std::sort(r.begin(), r.end());
+    return r[r.size() / 2];
+  }
 };
 
-StreamRecord& Stream() {
-  static StreamRecord* record = new StreamRecord();
+Record& StreamRecord() {
+  static Record* record = new Record();
   return *record;
 }
-
-double StreamBytesPerSecond() {
-  std::vector<double> rates = Stream().rates;
-  if (rates.empty()) return Stream().latest;
-  std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
+std::map<std::string, Record>& FmaRecords() {  // by target name
+  static auto* records = new std::map<std::string, Record>();
+  return *records;
 }
 
 // Process CPU time, the clock Google Benchmark divides rates by (no
@@ -227,17 +289,22 @@ double ProcessSeconds() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
-// Sums a buffer of kColdBytes: four independent integer accumulators, which
-// gcc vectorizes at the baseline (SSE2) without any reassociation license.
-void BM_StreamRead(benchmark::State& state) {
+const std::vector<uint64_t>& StreamBuffer() {
   WorkingSet& set = Resident();
   if (set.stream.empty()) {
     set = WorkingSet();  // drop any caches before allocating another GiB
     set.stream.resize(kColdBytes / sizeof(uint64_t));
     for (size_t i = 0; i < set.stream.size(); ++i) set.stream[i] = i * 0x9E3779B97F4A7C15ull;
   }
-  const uint64_t* data = set.stream.data();
-  const size_t n = set.stream.size();
+  return set.stream;
+}
+
+// Sums a buffer of kColdBytes: four independent integer accumulators, which
+// gcc vectorizes at the baseline (SSE2) without any reassociation license.
+void BM_StreamRead(benchmark::State& state) {
+  const std::vector<uint64_t>& buffer = StreamBuffer();
+  const uint64_t* data = buffer.data();
+  const size_t n = buffer.size();
   const double start = ProcessSeconds();
   for (auto _ : state) {
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
@@ -253,10 +320,21 @@ void BM_StreamRead(benchmark::State& state) {
   const double seconds = ProcessSeconds() - start;
   const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(kColdBytes);
   state.SetBytesProcessed(static_cast<int64_t>(bytes));
-  if (seconds > 0) {
-    Stream().latest = bytes / seconds;
-    if (seconds >= 0.1) Stream().rates.push_back(Stream().latest);
+  if (seconds > 0) StreamRecord().Add(bytes / seconds, seconds);
+}
+
+// Adds one to every word of a kColdBytes buffer in place; counts the bytes
+// read and the bytes written.
+void BM_StreamReadWrite(benchmark::State& state) {
+  std::vector<uint64_t>& buffer = const_cast<std::vector<uint64_t>&>(StreamBuffer());
+  uint64_t* data = buffer.data();
+  const size_t n = buffer.size();
+  for (auto _ : state) {
+    for (size_t i = 0; i < n; ++i) data[i] += 1;
+    benchmark::ClobberMemory();
   }
+  state.SetBytesProcessed(static_cast<int64_t>(2.0 * static_cast<double>(state.iterations()) *
+                                               static_cast<double>(kColdBytes)));
 }
 
 // ---------------------------------------------------------------------------
@@ -275,41 +353,64 @@ class TargetScope {
   TargetScope& operator=(const TargetScope&) = delete;
 
   const std::string& dispatched() const { return dispatched_; }
-  bool Matches() const { return dispatched_ == hwy::TargetName(target_); }
+  bool Matches() const {
+    return dispatched_ == hwy::TargetName(target_) &&
+           std::string(bench::LimitsTargetName()) == dispatched_;
+  }
+  // Skips the benchmark (returns false) when dispatch went elsewhere.
+  bool Check(benchmark::State& state) const {
+    state.SetLabel(dispatched_);
+    if (Matches()) return true;
+    const std::string message = std::string("dispatched to ") + dispatched_ + ", not " +
+                                hwy::TargetName(target_);
+    state.SkipWithError(message.c_str());
+    return false;
+  }
 
  private:
   int64_t target_;
   std::string dispatched_;
 };
 
-// Attend over the caches of one shape: `rotate` of them in turn (cold) or
-// the first one only (hot).
-void RunAttention(benchmark::State& state, int64_t target, int32_t context, int32_t columns,
-                  bool cold, Storage storage = Storage::kPlain) {
+void BM_PeakFma(benchmark::State& state, int64_t target) {
   TargetScope scope(target);
-  state.SetLabel(scope.dispatched());
-  if (!scope.Matches()) {
-    const std::string message = std::string("Attend dispatched to ") + scope.dispatched() +
-                                ", not " + hwy::TargetName(target);
-    state.SkipWithError(message.c_str());
-    return;
+  if (!scope.Check(state)) return;
+  constexpr size_t kIterations = size_t{1} << 20;
+  const double start = ProcessSeconds();
+  float seed = 0.5f;
+  for (auto _ : state) {
+    double r = bench::FmaLoop(kIterations, seed);
+    benchmark::DoNotOptimize(r);
+    seed += 1.0f;
   }
-  const size_t rotate = cold ? ColdCount(context + columns) : 1;
-  const std::vector<AttentionCase>& cases = Cases(context, columns, storage, rotate);
+  const double seconds = ProcessSeconds() - start;
+  const double flops = bench::FmaLoopFlops(kIterations) * static_cast<double>(state.iterations());
+  state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
+  if (seconds > 0) FmaRecords()[scope.dispatched()].Add(flops / seconds, seconds);
+}
+
+// Attend over the caches of one shape: ColdCount of them in turn (cold) or
+// the first one only (hot).
+void RunAttention(benchmark::State& state, int64_t target, const Shape& shape, bool cold) {
+  TargetScope scope(target);
+  if (!scope.Check(state)) return;
+  const size_t rotate = cold ? ColdCount(shape) : 1;
+  const auto& cases = Cases(shape, rotate);
 
   // q and out: [rows][columns][q_heads][dim]
-  const size_t q_elements = static_cast<size_t>(kRows) * columns * kQueryHeads * kHeadDim;
+  const size_t q_elements =
+      static_cast<size_t>(kRows) * shape.columns * kQueryHeads * static_cast<size_t>(shape.dim);
   std::vector<float> q(q_elements), out(q_elements);
-  Values values(0x71756572790ull + static_cast<uint64_t>(columns));
+  Values values(0x71756572790ull + static_cast<uint64_t>(shape.columns));
   values.Fill(&q);
 
-  double bytes = 0, tokens = 0;
-  CountWork(cases[0], &bytes, &tokens);
+  double bytes = 0, pairs = 0;
+  CountWork(*cases[0], shape, &bytes, &pairs);
 
   size_t next = 0;
   const double start = ProcessSeconds();
   for (auto _ : state) {
-    const AttentionCase& c = cases[next];
+    const AttentionCase& c = *cases[next];
     next = next + 1 == rotate ? 0 : next + 1;
     Attend(q.data(), kQueryHeads, c.view, c.mask, out.data());
     benchmark::DoNotOptimize(out.data());
@@ -318,8 +419,72 @@ void RunAttention(benchmark::State& state, int64_t target, int32_t context, int3
   const double seconds = ProcessSeconds() - start;
   const double iterations = static_cast<double>(state.iterations());
   state.SetBytesProcessed(static_cast<int64_t>(bytes * iterations));
-  state.SetItemsProcessed(static_cast<int64_t>(tokens * iterations));
-  const double stream = StreamBytesPerSecond();
+  state.SetItemsProcessed(static_cast<int64_t>(pairs * iterations));
+  const double stream = StreamRecord().Median();
+  if (stream > 0 && seconds > 0) {
+    state.counters["stream_fraction"] = bytes * iterations / seconds / stream;
+  }
+  if (shape.columns > 1 && seconds > 0) {
+    // q.k and w.v: a multiply-add (2 flops) per lane each, per query head
+    // (all kQueryHeads of them) and attended (query, slot) pair.
+    const double flops = pairs * iterations * kQueryHeads * 4.0 * shape.dim;
+    state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
+    const auto fma = FmaRecords().find(scope.dispatched());
+    if (fma != FmaRecords().end() && fma->second.Median() > 0) {
+      state.counters["fma_fraction"] = flops / seconds / fma->second.Median();
+    }
+  }
+  state.counters["caches"] = static_cast<double>(rotate);
+}
+
+// The peer: decode as a user would write it with OpenBLAS (one thread):
+// per KV head and query head, scores = K q / sqrt(dim) (sgemv), softmax,
+// out = V^T w / sum (sgemv). Keys and values of every slot (a decode admits
+// them all) read straight from the cache's [heads][slots][dim] storage.
+void BM_DecodeBlas(benchmark::State& state, const Shape& shape) {
+  openblas_set_num_threads(1);
+  const size_t rotate = ColdCount(shape);
+  const auto& cases = Cases(shape, rotate);
+  const size_t q_elements = static_cast<size_t>(kRows) * kQueryHeads * shape.dim;
+  std::vector<float> q(q_elements), out(q_elements);
+  Values values(0x71756572790ull + 1);
+  values.Fill(&q);
+  double bytes = 0, pairs = 0;
+  CountWork(*cases[0], shape, &bytes, &pairs);
+  const int n = cases[0]->view.slots;
+  const int dim = shape.dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  std::vector<float> w(static_cast<size_t>(n));
+  size_t next = 0;
+  const double start = ProcessSeconds();
+  for (auto _ : state) {
+    const AttentionCase& c = *cases[next];
+    next = next + 1 == rotate ? 0 : next + 1;
+    for (int kh = 0; kh < kKvHeads; ++kh) {
+      const float* k = c.view.Key(0, kh, 0);
+      const float* v = c.view.Value(0, kh, 0);
+      for (int g = 0; g < kGroup; ++g) {
+        const float* qh = &q[static_cast<size_t>(kh * kGroup + g) * dim];
+        float* o = &out[static_cast<size_t>(kh * kGroup + g) * dim];
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, n, dim, scale, k, dim, qh, 1, 0.0f, w.data(), 1);
+        const float max = *std::max_element(w.begin(), w.end());
+        float sum = 0;
+        for (float& x : w) {
+          x = std::exp(x - max);
+          sum += x;
+        }
+        cblas_sgemv(CblasRowMajor, CblasTrans, n, dim, 1.0f / sum, v, dim, w.data(), 1, 0.0f, o,
+                    1);
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  const double seconds = ProcessSeconds() - start;
+  const double iterations = static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(bytes * iterations));
+  state.SetItemsProcessed(static_cast<int64_t>(pairs * iterations));
+  const double stream = StreamRecord().Median();
   if (stream > 0 && seconds > 0) {
     state.counters["stream_fraction"] = bytes * iterations / seconds / stream;
   }
@@ -327,36 +492,64 @@ void RunAttention(benchmark::State& state, int64_t target, int32_t context, int3
 }
 
 void RegisterAll() {
-  benchmark::RegisterBenchmark("BM_StreamRead", BM_StreamRead)
+  benchmark::RegisterBenchmark("BM_StreamRead", BM_StreamRead)->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_StreamReadWrite", BM_StreamReadWrite)
       ->Unit(benchmark::kMillisecond);
-
   const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  for (const int64_t target : targets) {
+    benchmark::RegisterBenchmark((std::string("BM_PeakFma/") + hwy::TargetName(target)).c_str(),
+                                 [target](benchmark::State& state) { BM_PeakFma(state, target); })
+        ->Unit(benchmark::kMillisecond);
+  }
+
   // Shape outermost, so each working set is built once per process and
-  // shared by every target's hot and cold benchmark of that shape.
-  for (const int32_t length : kDecodeLengths) {
+  // shared by every target's benchmark of that shape (and by the peer).
+  const auto decode = [&](int dim, DType dtype, int32_t length, bool cold) {
+    Shape shape;
+    shape.context = length - 1;
+    shape.columns = 1;
+    shape.dim = dim;
+    shape.dtype = dtype;
+    if (cold && dtype == DType::kF32) {
+      benchmark::RegisterBenchmark("BM_DecodeBlas/f32",
+                                   [shape](benchmark::State& state) { BM_DecodeBlas(state, shape); })
+          ->Args({dim, length})
+          ->Unit(benchmark::kMicrosecond);
+    }
     for (const int64_t target : targets) {
-      const std::string name = hwy::TargetName(target);
-      for (const bool cold : {true, false}) {
-        benchmark::RegisterBenchmark(
-            (std::string(cold ? "BM_Decode/" : "BM_DecodeHot/") + name).c_str(),
-            [target, cold](benchmark::State& state) {
-              RunAttention(state, target, static_cast<int32_t>(state.range(0)) - 1, 1, cold);
-            })
-            ->Arg(length)
-                  ->Unit(benchmark::kMicrosecond);
-      }
+      const std::string name = std::string(cold ? "BM_Decode/" : "BM_DecodeHot/") +
+                               hwy::TargetName(target) + "/" + DTypeName(dtype);
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [target, shape, cold](benchmark::State& state) {
+                                     RunAttention(state, target, shape, cold);
+                                   })
+          ->Args({dim, length})
+          ->Unit(benchmark::kMicrosecond);
+    }
+  };
+  for (const int dim : kHeadDims) {
+    for (const int32_t length : kDecodeLengths) {
+      for (const DType dtype : {DType::kF32, DType::kBF16}) decode(dim, dtype, length, true);
+    }
+  }
+  for (const int32_t length : kHotLengths) {
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      decode(kDefaultDim, dtype, length, false);
     }
   }
   // Decode over a ring, read in place: full but not wrapped (/0) against
   // wrapped at phase ~1/2 (/1), same length, cold (goal: wrapped <= 1.05x).
   for (const int32_t length : kRingLengths) {
-    for (const int64_t target : targets) {
-      for (const Storage storage : {Storage::kRingFull, Storage::kRingWrapped}) {
+    for (const Storage storage : {Storage::kRingFull, Storage::kRingWrapped}) {
+      Shape shape;
+      shape.context = length - 1;
+      shape.columns = 1;
+      shape.storage = storage;
+      for (const int64_t target : targets) {
         benchmark::RegisterBenchmark(
             (std::string("BM_DecodeRing/") + hwy::TargetName(target)).c_str(),
-            [target, storage](benchmark::State& state) {
-              RunAttention(state, target, static_cast<int32_t>(state.range(0)) - 1, 1,
-                           /*cold=*/true, storage);
+            [target, shape](benchmark::State& state) {
+              RunAttention(state, target, shape, /*cold=*/true);
             })
             ->Args({length, storage == Storage::kRingWrapped ? 1 : 0})
             ->Unit(benchmark::kMicrosecond);
@@ -364,17 +557,18 @@ void RegisterAll() {
     }
   }
   for (const int32_t columns : kWindowColumns) {
+    Shape shape;
+    shape.context = kWindowContext;
+    shape.columns = columns;
     for (const int64_t target : targets) {
-      const std::string name = hwy::TargetName(target);
       for (const bool cold : {true, false}) {
         benchmark::RegisterBenchmark(
-            (std::string(cold ? "BM_Window/" : "BM_WindowHot/") + name).c_str(),
-            [target, cold](benchmark::State& state) {
-              RunAttention(state, target, static_cast<int32_t>(state.range(0)),
-                           static_cast<int32_t>(state.range(1)), cold);
+            (std::string(cold ? "BM_Window/" : "BM_WindowHot/") + hwy::TargetName(target)).c_str(),
+            [target, shape, cold](benchmark::State& state) {
+              RunAttention(state, target, shape, cold);
             })
             ->Args({kWindowContext, columns})
-                  ->Unit(benchmark::kMicrosecond);
+            ->Unit(benchmark::kMicrosecond);
       }
     }
   }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #undef HWY_TARGET_INCLUDE
@@ -162,10 +163,15 @@ HWY_INLINE void ExpShifted(float* HWY_RESTRICT p, size_t count, float max) {
   }
 }
 
-// Per (row, query, KV head): the admitted slots in logical order, the
-// scores of the group's query heads (each key read once for the group),
-// softmax per head, then the values in blocks of slots (each value read
-// once from memory for the group).
+// Per (row, KV head), for all the row's queries at once: the slots in
+// logical order are cut into blocks of about 16 KiB of keys (or values);
+// each block, read from memory once, serves every query that admits some
+// of its slots while it sits in L1 (a window of L queries reads the cache
+// once, not L times). Per query: the scores of the group's query heads over
+// its admitted slots in logical order, a softmax per head, then the values
+// of its admitted slots in logical order. Which block a slot falls in
+// changes no arithmetic (ScoreBlock, ValueBlock), so outputs do not depend
+// on the layout.
 template <typename T>
 void AttendTyped(const float* HWY_RESTRICT q, int q_heads, const KvView& kv, const Mask& mask,
                  const T* k_base, const T* v_base, float* HWY_RESTRICT out) {
@@ -173,68 +179,123 @@ void AttendTyped(const float* HWY_RESTRICT q, int q_heads, const KvView& kv, con
   const size_t N = hn::Lanes(d);
   const int dim = kv.dim;
   const int group = q_heads / kv.kv_heads;
+  const int32_t queries = mask.queries;
+  const int32_t slots = mask.slots;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  const size_t padded = (static_cast<size_t>(mask.slots) + N) / N * N;
-  // Slots per value block: about 16 KiB of values, so a block read from
-  // memory for the first lane chunk is still in L1 for the others.
-  const size_t block = std::max<size_t>(8, 16384 / (static_cast<size_t>(dim) * sizeof(T)));
-  std::vector<float> scores(static_cast<size_t>(group) * padded);  // [group][slots]
-  std::vector<int32_t> admitted(static_cast<size_t>(mask.slots));
-  std::vector<const T*> rows(static_cast<size_t>(mask.slots));
-  std::vector<float> acc(static_cast<size_t>(group) * dim);  // [group][dim]
-  std::vector<float> sums(static_cast<size_t>(group));
+  const size_t padded = (static_cast<size_t>(slots) + N) / N * N;
+  const size_t per_query = static_cast<size_t>(group) * padded;  // [group][padded]
+  const int32_t block = static_cast<int32_t>(
+      std::max<size_t>(8, 16384 / (static_cast<size_t>(dim) * sizeof(T))));
+  // Scratch reused across calls on this thread (grown, never shrunk).
+  thread_local std::vector<float> scores;  // [queries][group][padded]
+  thread_local std::vector<float> acc;     // [queries][group][dim]
+  thread_local std::vector<float> sums;    // [queries][group]
+  thread_local std::vector<size_t> count;  // [queries]: admitted so far
+  thread_local std::vector<int32_t> block_pos;     // a block's candidate slots:
+  thread_local std::vector<const T*> block_rows;  // positions and rows
+  thread_local std::vector<const T*> ptrs;  // one query's admitted rows in a block
+  const size_t nq = static_cast<size_t>(queries);
+  if (scores.size() < nq * per_query) scores.resize(nq * per_query);
+  if (acc.size() < nq * group * dim) acc.resize(nq * group * dim);
+  if (sums.size() < nq * group) sums.resize(nq * group);
+  count.assign(nq, 0);
+  block_pos.resize(static_cast<size_t>(block));
+  block_rows.resize(static_cast<size_t>(block));
+  ptrs.resize(static_cast<size_t>(block));
   const auto at = [&](const T* base, int r, int kh, int32_t s) {
     return base + r * kv.row_stride + kh * kv.head_stride + static_cast<size_t>(s) * dim;
   };
 
   for (int r = 0; r < mask.rows; ++r) {
     const int32_t* pos = mask.slot_pos + r * mask.slot_stride;
-    for (int32_t qi = 0; qi < mask.queries; ++qi) {
-      const size_t rq = static_cast<size_t>(r) * mask.queries + qi;
-      const int32_t lo = mask.lo[rq], hi = mask.hi[rq];
-      // Admitted slots in logical order: first_slot .. end, then 0 .. first_slot.
-      size_t n = 0;
-      for (int32_t s = mask.first_slot; s < mask.slots; ++s) {
-        if (pos[s] >= lo && pos[s] <= hi) admitted[n++] = s;
-      }
-      for (int32_t s = 0; s < mask.first_slot; ++s) {
-        if (pos[s] >= lo && pos[s] <= hi) admitted[n++] = s;
-      }
-      for (int kh = 0; kh < kv.kv_heads; ++kh) {
-        float* o = out + (rq * q_heads + kh * group) * dim;
-        if (n == 0) {
-          std::memset(o, 0, sizeof(float) * group * dim);
-          continue;
+    const int32_t* lo = mask.lo.data() + static_cast<size_t>(r) * queries;
+    const int32_t* hi = mask.hi.data() + static_cast<size_t>(r) * queries;
+    // No query of the row admits a slot outside [min_lo, max_hi].
+    int32_t min_lo = std::numeric_limits<int32_t>::max();
+    int32_t max_hi = std::numeric_limits<int32_t>::min();
+    for (int32_t qi = 0; qi < queries; ++qi) {
+      min_lo = std::min(min_lo, lo[qi]);
+      max_hi = std::max(max_hi, hi[qi]);
+    }
+    // Calls fn(query, rows, n) for every block of logical slots, in order,
+    // and every query with n > 0 admitted slots in it (rows in logical
+    // order). A query whose range covers the block's positions takes the
+    // block's list as it is; one that misses them skips it.
+    const auto for_each_block = [&](const T* base, int kh, const auto& fn) {
+      for (int32_t t0 = 0; t0 < slots; t0 += block) {
+        const int32_t t1 = std::min(slots, t0 + block);
+        size_t nb = 0;
+        int32_t bmin = std::numeric_limits<int32_t>::max();
+        int32_t bmax = std::numeric_limits<int32_t>::min();
+        for (int32_t t = t0; t < t1; ++t) {
+          const int32_t s = mask.first_slot + t < slots ? mask.first_slot + t
+                                                        : mask.first_slot + t - slots;
+          const int32_t p = pos[s];
+          if (p < min_lo || p > max_hi) continue;
+          block_pos[nb] = p;
+          block_rows[nb++] = at(base, r, kh, s);
+          bmin = std::min(bmin, p);
+          bmax = std::max(bmax, p);
         }
-        for (size_t j = 0; j < n; ++j) rows[j] = at(k_base, r, kh, admitted[j]);
-        const float* qh = q + (rq * q_heads + kh * group) * dim;
-        Scores(qh, group, dim, rows.data(), n, scale, scores.data(), padded);
+        if (nb == 0) continue;
+        for (int32_t qi = 0; qi < queries; ++qi) {
+          if (hi[qi] < bmin || lo[qi] > bmax) continue;
+          if (lo[qi] <= bmin && hi[qi] >= bmax) {
+            fn(qi, block_rows.data(), nb);
+            continue;
+          }
+          size_t n = 0;
+          for (size_t i = 0; i < nb; ++i) {
+            if (block_pos[i] >= lo[qi] && block_pos[i] <= hi[qi]) ptrs[n++] = block_rows[i];
+          }
+          if (n > 0) fn(qi, ptrs.data(), n);
+        }
+      }
+    };
+    for (int kh = 0; kh < kv.kv_heads; ++kh) {
+      std::fill(count.begin(), count.end(), 0);
+      for_each_block(k_base, kh, [&](int32_t qi, const T* const* keys, size_t n) {
+        const float* qh = q + ((static_cast<size_t>(r) * queries + qi) * q_heads + kh * group) * dim;
+        Scores(qh, group, dim, keys, n, scale, &scores[qi * per_query + count[qi]], padded);
+        count[qi] += n;
+      });
+      for (int32_t qi = 0; qi < queries; ++qi) {
         for (int g = 0; g < group; ++g) {
-          float* p = &scores[g * padded];
+          float* p = &scores[qi * per_query + g * padded];
+          const size_t n = count[qi];
+          if (n == 0) continue;
           float max = p[0];
           for (size_t j = 1; j < n; ++j) max = p[j] > max ? p[j] : max;
           ExpShifted(p, n, max);
           float sum = 0.0f;
           for (size_t j = 0; j < n; ++j) sum += p[j];
-          sums[g] = sum;
+          sums[qi * group + g] = sum;
         }
-        for (size_t j = 0; j < n; ++j) rows[j] = at(v_base, r, kh, admitted[j]);
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (size_t j0 = 0; j0 < n; j0 += block) {
-          const size_t count = std::min(block, n - j0);
-          int g = 0;
-          for (; g + 4 <= group; g += 4) {
-            ValueBlock<4>(&scores[g * padded + j0], padded, rows.data() + j0, count, dim,
-                          &acc[static_cast<size_t>(g) * dim]);
-          }
-          for (; g < group; ++g) {
-            ValueBlock<1>(&scores[g * padded + j0], padded, rows.data() + j0, count, dim,
-                          &acc[static_cast<size_t>(g) * dim]);
-          }
+      }
+      std::fill(acc.begin(), acc.begin() + nq * group * dim, 0.0f);
+      std::fill(count.begin(), count.end(), 0);
+      for_each_block(v_base, kh, [&](int32_t qi, const T* const* values, size_t n) {
+        float* a = &acc[static_cast<size_t>(qi) * group * dim];
+        const float* w = &scores[qi * per_query + count[qi]];
+        int g = 0;
+        for (; g + 4 <= group; g += 4) {
+          ValueBlock<4>(w + g * padded, padded, values, n, dim, a + static_cast<size_t>(g) * dim);
         }
+        for (; g < group; ++g) {
+          ValueBlock<1>(w + g * padded, padded, values, n, dim, a + static_cast<size_t>(g) * dim);
+        }
+        count[qi] += n;
+      });
+      for (int32_t qi = 0; qi < queries; ++qi) {
+        float* o = out + ((static_cast<size_t>(r) * queries + qi) * q_heads + kh * group) * dim;
+        if (count[qi] == 0) {  // a query that sees nothing gets zeros
+          std::memset(o, 0, sizeof(float) * group * dim);
+          continue;
+        }
+        const float* a = &acc[static_cast<size_t>(qi) * group * dim];
         for (int g = 0; g < group; ++g) {
-          const float* a = &acc[static_cast<size_t>(g) * dim];
-          for (int i = 0; i < dim; ++i) o[g * dim + i] = a[i] / sums[g];
+          const float sum = sums[qi * group + g];
+          for (int i = 0; i < dim; ++i) o[g * dim + i] = a[g * dim + i] / sum;
         }
       }
     }

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Reads Google Benchmark JSON files written by bench/run.
+
+  report.py summary RUN.json...        the limit fractions and peer ratios
+  report.py chart OUT.png RUN.json...  PNG bar chart of limit fraction per
+                                       kernel and target (gnuplot)
+  report.py compare OLD.json NEW.json  per benchmark: median time of each
+                                       run, NEW/OLD, and fraction counters
+
+Only the median aggregates are read when a run has repetitions, else the
+single runs. Standard library only; the chart needs gnuplot (Debian
+gnuplot-nox, which bench/run installs).
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+# The first present is the limit a benchmark is held to: window attention
+# reports both, and is bound by FMA throughput.
+FRACTIONS = ("fma_fraction", "stream_fraction", "rw_fraction", "inplace_fraction")
+
+
+def load(paths):
+    """name -> benchmark entry (medians when present, else plain runs)."""
+    medians, plain = {}, {}
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        for b in data.get("benchmarks", []):
+            if b.get("error_occurred"):
+                continue
+            if b.get("run_type") == "aggregate":
+                if b.get("aggregate_name") == "median":
+                    medians[b["run_name"]] = b
+            else:
+                plain.setdefault(b.get("run_name", b["name"]), b)
+    return medians if medians else plain
+
+
+def seconds(b):
+    unit = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b.get("time_unit", "ns")]
+    return b["cpu_time"] * unit
+
+
+def fraction(b):
+    for key in FRACTIONS:
+        if key in b:
+            return key, b[key]
+    return None, None
+
+
+def summary(paths):
+    runs = load(paths)
+    print("%-48s %12s %10s  %s" % ("benchmark", "cpu time", "fraction", "of limit"))
+    for name, b in runs.items():
+        key, value = fraction(b)
+        rate = b.get("bytes_per_second") or b.get("flops")
+        extra = ""
+        if rate:
+            extra = "%.2f G%s/s" % (rate / 1e9, "B" if "bytes_per_second" in b else "flop")
+        if key:
+            print("%-48s %10.3f ms %10.3f  %s  %s" % (name, seconds(b) * 1e3, value,
+                                                   key.replace("_fraction", ""), extra))
+        elif name.startswith(("BM_Stream", "BM_PeakFma")):
+            print("%-48s %10.3f ms %10s  (limit) %s" % (name, seconds(b) * 1e3, "", extra))
+    # Peer and storage ratios, same run.
+    ratios = []
+    for name, b in runs.items():
+        m = re.match(r"BM_Decode/([^/]+)/f32/(\d+)/(\d+)$", name)
+        if not m:
+            continue
+        target, dim, length = m.groups()
+        blas = runs.get("BM_DecodeBlas/f32/%s/%s" % (dim, length))
+        if blas:
+            ratios.append(("BLAS time / kvspec time, %s, dim %s, %s tokens" % (target, dim, length),
+                           seconds(blas) / seconds(b)))
+        bf16 = runs.get("BM_Decode/%s/bf16/%s/%s" % (target, dim, length))
+        if bf16:
+            ratios.append(("f32 time / bf16 time, %s, dim %s, %s tokens" % (target, dim, length),
+                           seconds(b) / seconds(bf16)))
+    for label, value in ratios:
+        print("%-64s %6.2fx" % (label, value))
+
+
+def chart(out, paths):
+    runs = load(paths)
+    rows = []
+    for name, b in runs.items():
+        key, value = fraction(b)
+        if key:
+            rows.append((name.replace("BM_", ""), value, key.replace("_fraction", "")))
+    if not rows:
+        sys.exit("report.py: no benchmark with a limit fraction in %s" % ", ".join(paths))
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "data.txt")
+        with open(data, "w") as f:
+            for i, (name, value, limit) in enumerate(rows):
+                f.write('%d "%s (%s)" %.6f\n' % (i, name, limit, value))
+        height = max(400, 18 * len(rows) + 120)
+        script = "\n".join([
+            'set terminal pngcairo size 1100,%d font ",9"' % height,
+            'set output "%s"' % out,
+            'set title "Fraction of the physical limit (same run): stream read, peak FMA, read+write"',
+            "set style fill solid 0.8",
+            "set boxwidth 0.7",
+            "set yrange [-1:%d]" % len(rows),
+            "set xrange [0:*]",
+            "set grid x",
+            "set ytics nomirror",
+            "unset key",
+            'plot "%s" using (0.5*$3):1:(0.5*$3):(0.35):yticlabels(2) with boxxyerror' % data,
+        ])
+        try:
+            subprocess.run(["gnuplot"], input=script, text=True, check=True)
+        except FileNotFoundError:
+            sys.exit("report.py: gnuplot not found (Debian package gnuplot-nox)")
+    print("chart: %s (%d benchmarks)" % (out, len(rows)))
+
+
+def compare(old_path, new_path):
+    old, new = load([old_path]), load([new_path])
+    print("%-48s %12s %12s %8s  %s" % ("benchmark", "old", "new", "new/old", "fractions old -> new"))
+    for name in sorted(set(old) & set(new)):
+        a, b = old[name], new[name]
+        ka, va = fraction(a)
+        kb, vb = fraction(b)
+        frac = ""
+        if ka and kb:
+            frac = "%.3f -> %.3f" % (va, vb)
+        print("%-48s %10.3f ms %10.3f ms %8.3f  %s" % (name, seconds(a) * 1e3, seconds(b) * 1e3,
+                                                     seconds(b) / seconds(a), frac))
+    only = sorted(set(old) ^ set(new))
+    if only:
+        print("in one run only: %s" % ", ".join(only))
+
+
+def main(argv):
+    if len(argv) < 2 or argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
+    command = argv[1]
+    if command == "summary" and len(argv) >= 3:
+        summary(argv[2:])
+    elif command == "chart" and len(argv) >= 4:
+        chart(argv[2], argv[3:])
+    elif command == "compare" and len(argv) == 4:
+        compare(argv[2], argv[3])
+    else:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
