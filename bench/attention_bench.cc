@@ -15,6 +15,9 @@
 // - BM_DecodeBlas/f32/<head dim>/<cache length>: the peer, decode written
 //   the way a user would with OpenBLAS (single-threaded): per query head,
 //   cblas_sgemv for the scores, a softmax, cblas_sgemv for the values.
+// - BM_DecodeSliding/<target>/f32/<head dim>/<cache length>/<window>: a
+//   decode through a sliding window of 4096 over a longer plain cache: cost
+//   should follow the visible length (masked-out slots are never read).
 // - BM_DecodeRing/<target>/<length>/<wrapped 0|1>: a rotating cache read in
 //   place, full but not wrapped against wrapped at phase ~1/2.
 // - BM_Window[Hot]/<target>/<context>/<L>: a forward of L causal queries
@@ -109,9 +112,10 @@ struct Shape {
   Storage storage = Storage::kPlain;
   int dim = kDefaultDim;
   DType dtype = DType::kF32;
+  int32_t window = kNoWindow;  // a sliding window applied by the mask
   bool operator!=(const Shape& o) const {
     return context != o.context || columns != o.columns || storage != o.storage ||
-           dim != o.dim || dtype != o.dtype;
+           dim != o.dim || dtype != o.dtype || window != o.window;
   }
 };
 
@@ -175,7 +179,8 @@ std::unique_ptr<AttentionCase> MakeCase(const Shape& shape, const std::vector<fl
   const KvView view = cache->View();
   const ForwardColumns forward =
       ForwardColumns::Dense(kRows, shape.columns, /*decode=*/shape.columns == 1);
-  c->mask = BuildMask(forward, cache->positions(), cache->window(), view);
+  c->mask = BuildMask(forward, cache->positions(),
+                      shape.window != kNoWindow ? shape.window : cache->window(), view);
   const size_t elements = view.row_stride * static_cast<size_t>(view.rows);
   c->slot_pos.assign(view.slot_pos, view.slot_pos + view.slot_stride * view.rows);
   c->view = view;
@@ -535,6 +540,24 @@ void RegisterAll() {
   for (const int32_t length : kHotLengths) {
     for (const DType dtype : {DType::kF32, DType::kBF16}) {
       decode(kDefaultDim, dtype, length, false);
+    }
+  }
+  // Decode over a plain cache of `length` tokens through a sliding window
+  // of 4096: the masked-out slots are skipped, so the time should be that
+  // of a 4096-token decode (bytes_per_second counts the admitted slots).
+  for (const int32_t length : {16384, 32768}) {
+    Shape shape;
+    shape.context = length - 1;
+    shape.columns = 1;
+    shape.window = 4096;
+    for (const int64_t target : targets) {
+      benchmark::RegisterBenchmark(
+          (std::string("BM_DecodeSliding/") + hwy::TargetName(target) + "/f32").c_str(),
+          [target, shape](benchmark::State& state) {
+            RunAttention(state, target, shape, /*cold=*/true);
+          })
+          ->Args({kDefaultDim, length, shape.window})
+          ->Unit(benchmark::kMicrosecond);
     }
   }
   // Decode over a ring, read in place: full but not wrapped (/0) against

@@ -1,7 +1,9 @@
 // Runs a parsed trace on the real runner and on the model (fuzz/model.h)
 // and compares what a user of `kvspec trace` would see: standard output,
 // the exit status, the line that stopped the run and the lines of failed
-// expectations.
+// expectations. Also compares two runs of the runner, one with the Highway
+// kernels and one with the scalar reference kernels, where the model cannot
+// compute the values (`out` lines, recurrent states).
 #pragma once
 
 #include <cstddef>
@@ -24,12 +26,42 @@ struct RunnerOutcome {
   std::vector<std::string> other;  // standard error lines of no known form
 };
 
-// Runs `program` with kvspec::trace::RunProgram (no values, no emit) under a
-// storage budget of `max_bytes`.
-RunnerOutcome RunRunner(const trace::Program& program, size_t max_bytes);
+// Upper bounds of what running a parsed program can cost (estimates for the
+// fuzz targets' caps; shared by fuzz_trace_parse and fuzz_targets).
+struct Cost {
+  double storage = 0;  // bytes over all layouts
+  double work = 0;     // attention and read-back steps
+};
+Cost EstimateCost(const trace::Program& program);
+
+// Runs `program` with kvspec::trace::RunProgram (no emit) under a storage
+// budget of `max_bytes`; `values` prints `out` lines, `reference_kernels`
+// runs the scalar reference kernels instead of the Highway ones.
+RunnerOutcome RunRunner(const trace::Program& program, size_t max_bytes, bool values = false,
+                        bool reference_kernels = false);
 
 // Empty when the two agree; otherwise the first difference, one line.
+// The runner's `out` lines are ignored and the hash of its `state` lines
+// (16 hex digits) is dropped: the model prints `state LAYER rR`. Lines the
+// model leaves undecided (ModelOutcome::undecided_lines) may fail or not.
 std::string Compare(const RunnerOutcome& runner, const ModelOutcome& model);
+
+// Compares a run with the Highway kernels (`fast`) and one with the scalar
+// reference kernels (`ref`) of the same program, both with values: the
+// exit status and every output line must be the same, except the hash of
+// `state` lines (different fp32 arithmetic; compare states within one
+// kernel set, e.g. with `expect equal`) and the values of `out` lines,
+// which must agree within TRACE.md's 1e-4 * (1 + |reference|); standard
+// error must be the same but for the values printed after `got` on failed
+// `expect out` lines. Empty when they agree; otherwise the first
+// difference, one line.
+std::string CompareKernelSets(const RunnerOutcome& fast, const RunnerOutcome& ref);
+
+// A report for standard error: `who` (the fuzz target), the difference,
+// the trace and both runs' outputs.
+std::string KernelReport(std::string_view who, std::string_view trace_text,
+                         const RunnerOutcome& fast, const RunnerOutcome& ref,
+                         const std::string& difference);
 
 // A report for standard error: the trace, the difference, both outputs and
 // the first differing output line.

@@ -1,19 +1,37 @@
-// Differential fuzz target: random trace programs on kv and ring layers,
-// run by the real runner (core/trace_runner.h: layouts, caches, masks,
-// kernels) and by the independent model (fuzz/model.h). Any difference in
-// standard output, exit status, the refusal line or the failed expectations
-// prints the trace and both outputs and traps.
+// Differential fuzz target: random trace programs on kv, ring and ssm
+// (recurrent) layers, run by the real runner (core/trace_runner.h: layouts,
+// caches, masks, kernels) and by the independent model (fuzz/model.h). Any
+// difference in standard output, exit status, the refusal line or the
+// failed expectations prints the trace and both outputs and traps.
 //
 // Input: byte 0 picks the Highway target (among the supported and compiled
 // ones), so a crash file replays on its own ISA; the rest drives a
 // FuzzedDataProvider that writes the trace text: a header (1..4 rows, 1..3
 // layers, kv or rotating, heads and dim 1..4, a window 1..8, optional for
-// kv, a ring capacity up to window + 4) and up to 40 statements (windows
-// with padding and ids, decodes, trims with and without bypass, speculative
-// rounds with uniform and ragged accepts, fork, use, join, filter, extract,
-// reload, expectations, and `expect error` around operations that should be
-// refused, or sometimes not). A small shadow of the state steers the choices towards valid
-// operations; it decides nothing about the outcome: the model does.
+// kv, a ring capacity up to window + 4; in about a third of the layouts
+// one or more `ssm` layers, heads 1..2, kheads 1 or heads, dk, dv and
+// conv 1..4, alone or mixed with attention layers) and up to 40
+// statements (windows with left and right padding and ids, decodes, trims
+// with and without bypass, speculative rounds with uniform and ragged
+// accepts, fork, use, join, filter, extract, reload, expectations, and
+// `expect error` around operations that should be refused, or sometimes
+// not; with an ssm layer every trim is written inside `expect error`). A
+// statement may also be a twin pattern (Generator::Twins): two forks reach
+// the same tokens, one through a round that rejects a tail, the other
+// writing only the kept tokens in other chunks or through a round with other
+// drafts, then `expect equal`: bit-exact rollback replay and tail
+// independence as invariants inside the trace. A small shadow of the state
+// steers the choices towards valid operations; it decides nothing about the
+// outcome: the model does.
+//
+// What is compared: the model predicts everything but values: `sees`
+// lines, when `state` lines are printed (not their hashes), refusals, exit
+// status and failed expectations, `expect equal` of ssm rows included
+// (fuzz/model.h; a few it leaves undecided). Programs with an ssm layer run
+// with values on, and once more with the scalar reference kernels: the two
+// runs must agree (kvspec::fuzz::CompareKernelSets: identical lines,
+// refusals and exit status, `out` values within 1e-4 * (1 + |reference|),
+// state hashes not compared across kernel sets).
 //
 // Set KVSPEC_FUZZ_PRINT_TRACE=1 to print every generated trace to standard
 // error (for instance with the replay binary on one crash file).
@@ -102,7 +120,8 @@ struct Shadow {
 
 struct LayerShape {
   std::string name;
-  bool ring = false;  // `rotating`, else `kv`
+  bool ring = false;  // `rotating`
+  bool ssm = false;   // `ssm`; neither: `kv`
   int heads = 1, dim = 1, window = 0, capacity = 0;
 };
 
@@ -133,8 +152,15 @@ class Generator {
     Line("trace 1");
     Line("rows " + std::to_string(rows_));
     const int layers = Range(1, 3);
+    // About a third of the layouts hold a recurrent layer, alone or among
+    // attention layers (hybrid).
+    const int ssm_at = Chance(35) ? Range(0, layers - 1) : -1;
     for (int l = 0; l < layers; ++l) {
       LayerShape shape;
+      if (l == ssm_at || (ssm_at >= 0 && Chance(15))) {
+        SsmLayer(l, &shape);
+        continue;
+      }
       shape.ring = Chance(40);
       shape.name = (shape.ring ? "s" : "k") + std::to_string(l);
       shape.heads = Range(1, 4);
@@ -152,11 +178,31 @@ class Generator {
       Line(line);
       layers_.push_back(shape);
     }
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      has_ssm_ = has_ssm_ || layers_[l].ssm;
+      if (!layers_[l].ssm) attention_.push_back(l);
+    }
     Shadow main;
     main.ids.resize(static_cast<size_t>(rows_));
     main.batched = rows_ > 1;
     layouts_["main"] = main;
     current_ = "main";
+  }
+
+  // `layer rL ssm ...`: small shapes (the fuzzer's speed), value heads a
+  // multiple of the key heads, conv kernels from 1 (no conv state) to 4.
+  void SsmLayer(int l, LayerShape* shape) {
+    shape->ssm = true;
+    shape->name = "r" + std::to_string(l);
+    shape->heads = Range(1, 2);
+    const int kheads = Chance(50) ? 1 : shape->heads;
+    const int dk = Range(1, 4), dv = Range(1, 4), conv = Range(1, 4);
+    std::string line = "layer " + shape->name + " ssm heads=" + std::to_string(shape->heads);
+    if (kheads != shape->heads || Chance(30)) line += " kheads=" + std::to_string(kheads);
+    line += " dk=" + std::to_string(dk) + " dv=" + std::to_string(dv) +
+            " conv=" + std::to_string(conv);
+    Line(line);
+    layers_.push_back(*shape);
   }
 
   void OneStatement() {
@@ -165,6 +211,7 @@ class Generator {
     // a verified one its accept.
     if (s.armed && !s.verified && Chance(70)) return Chance(75) ? Window() : Decode();
     if (s.armed && s.verified && Chance(60)) return Accept();
+    if (Chance(has_ssm_ ? 12 : 4)) return Twins();
     switch (Range(0, 17)) {
       case 0:
       case 1:
@@ -306,6 +353,13 @@ class Generator {
     Shadow& s = Cur();
     if (s.armed) return Accept();
     if (!s.written) return budget_ > 0 ? Window() : void();
+    if (has_ssm_) {
+      // Recurrent layers are never trimmed (TRACE.md precise rules 2, 3):
+      // refused, with or without bypass, whatever the count.
+      const std::string op = "trim " + std::to_string(Range(0, s.MinCount())) +
+                             (s.after_window && Chance(50) ? " bypass" : "");
+      return Line(wrap_next_ ? op : "expect error " + op);
+    }
     int32_t bound = s.MinCount();
     const bool wrapped = Wrapped();
     const bool bypass = s.after_window && (wrapped || Chance(60));
@@ -344,6 +398,12 @@ class Generator {
     } else {
       for (int32_t real : s.verify_real) keep.push_back(Range(0, real));
     }
+    Accepted(keep);
+  }
+
+  // Writes `accept KEEP` and updates the shadow.
+  void Accepted(const std::vector<int32_t>& keep) {
+    Shadow& s = Cur();
     Line("accept " + JoinInts(keep));
     int32_t common = INT32_MAX;
     for (size_t r = 0; r < s.ids.size(); ++r) {
@@ -356,6 +416,144 @@ class Generator {
     s.armed = false;
     s.verified = false;
     s.after_window = false;
+  }
+
+  // Writes one forward of L columns with these pads and real ids per row
+  // (a decode when `decode`: L = 1, no pads) and updates the shadow.
+  void Forward(int32_t L, const std::vector<int32_t>& left, const std::vector<int32_t>& right,
+               const std::vector<std::vector<int32_t>>& ids, bool decode) {
+    std::string text = decode ? "decode" : "window " + std::to_string(L);
+    bool any_left = false, any_right = false;
+    std::vector<int32_t> real(ids.size());
+    std::string g;
+    for (size_t r = 0; r < ids.size(); ++r) {
+      any_left |= left[r] > 0;
+      any_right |= right[r] > 0;
+      real[r] = static_cast<int32_t>(ids[r].size());
+      g += (r ? "/" : "") + JoinInts(ids[r]);
+    }
+    if (any_left) text += " left=" + JoinInts(left);
+    if (any_right) text += " right=" + JoinInts(right);
+    text += " ids=" + g;
+    Line(text);
+    Forwarded(L, real, ids, decode);
+  }
+
+  // Tail independence and bit-exact rollback, as an invariant inside the
+  // trace: two forks of the current layout reach the same tokens, fork A
+  // through a speculative round that rejects a tail (uniform or ragged
+  // keeps, possibly all or none), fork B through other chunks that write
+  // only the kept tokens (windows with right or left pads, decodes), or
+  // through a round of its own with other rejected drafts. Then `expect
+  // equal`: attention tokens and recurrent states must be bit-identical.
+  // Sometimes B's last kept token gets another id, and the expectation must
+  // fail. The model decides; this only makes the expectation meaningful.
+  void Twins() {
+    if (Cur().armed) return Accept();
+    if (twins_ >= 5 || budget_ < 2) return ExpectOther();
+    ++twins_;
+    const std::string a = "t" + std::to_string(forks_++);
+    const std::string b = "t" + std::to_string(forks_++);
+    Line("fork " + a);
+    layouts_[a] = Cur();
+    Line("fork " + b);
+    layouts_[b] = Cur();
+    const size_t rows = static_cast<size_t>(Rows());
+
+    // A: arm, verify forward of drafts, accept.
+    Line("use " + a);
+    current_ = a;
+    Line("arm");
+    Cur().armed = true;
+    Cur().verified = false;
+    Cur().after_window = false;
+    const int32_t L = Range(1, std::min(kMaxColumns, budget_ / 2));
+    budget_ -= L;
+    const bool decode = L == 1 && Chance(50);
+    std::vector<int32_t> left(rows, 0), right(rows, 0);
+    std::vector<std::vector<int32_t>> ids(rows);
+    for (size_t r = 0; r < rows && !decode; ++r) {
+      const int32_t pads = Chance(30) ? Range(0, L) : 0;
+      (Cur().Count(r) == 0 && Chance(50) ? left : right)[r] = pads;
+    }
+    for (size_t r = 0; r < rows; ++r) {
+      for (int32_t j = left[r]; j < L - right[r]; ++j) ids[r].push_back(Range(0, 40));
+    }
+    Forward(L, left, right, ids, decode);
+    std::vector<int32_t> keep(rows);
+    for (size_t r = 0; r < rows; ++r) {
+      keep[r] = Range(0, static_cast<int32_t>(ids[r].size()));
+    }
+    if (Chance(40)) keep.assign(1, *std::min_element(keep.begin(), keep.end()));
+    Accepted(keep);
+    std::vector<std::vector<int32_t>> kept(rows);
+    for (size_t r = 0; r < rows; ++r) {
+      const size_t k = static_cast<size_t>(keep.size() == 1 ? keep[0] : keep[r]);
+      kept[r].assign(ids[r].begin(), ids[r].begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    const bool differ = Chance(10);
+    if (differ) {  // B's last kept token of one row gets another id
+      for (auto& row : kept) {
+        if (!row.empty()) {
+          row.back() += 41;
+          break;
+        }
+      }
+    }
+
+    // B: the kept tokens only.
+    Line("use " + b);
+    current_ = b;
+    int32_t most = 0;
+    for (const auto& row : kept) most = std::max(most, static_cast<int32_t>(row.size()));
+    if (Chance(35) && budget_ >= std::max(most, 1)) {
+      // A round of its own: the kept tokens, then other drafts, then accept.
+      Line("arm");
+      Cur().armed = true;
+      Cur().verified = false;
+      Cur().after_window = false;
+      const int32_t L2 = Range(std::max(most, 1), std::min(kMaxColumns, budget_));
+      budget_ -= L2;
+      std::vector<std::vector<int32_t>> drafts(rows);
+      std::vector<int32_t> keep2(rows), zero(rows, 0), pads(rows, 0);
+      for (size_t r = 0; r < rows; ++r) {
+        drafts[r] = kept[r];
+        const int32_t room = L2 - static_cast<int32_t>(kept[r].size());
+        pads[r] = Chance(30) ? Range(0, room) : 0;
+        for (int32_t j = 0; j < room - pads[r]; ++j) drafts[r].push_back(Range(0, 40));
+        keep2[r] = static_cast<int32_t>(kept[r].size());
+      }
+      Forward(L2, zero, pads, drafts, false);
+      Accepted(keep2);
+    } else {
+      // Chunks: row r writes its next min(c, remaining) kept tokens, padded
+      // to c columns (left pads while the row is empty, else right pads).
+      std::vector<size_t> done(rows, 0);
+      for (int32_t rest = most; rest > 0 && budget_ > 0;) {
+        const int32_t c = Range(1, std::min(rest, budget_));
+        budget_ -= c;
+        rest -= c;
+        std::vector<int32_t> l(rows, 0), rt(rows, 0);
+        std::vector<std::vector<int32_t>> chunk(rows);
+        bool all_full = true;
+        for (size_t r = 0; r < rows; ++r) {
+          const size_t n = std::min(static_cast<size_t>(c), kept[r].size() - done[r]);
+          chunk[r].assign(kept[r].begin() + static_cast<std::ptrdiff_t>(done[r]),
+                          kept[r].begin() + static_cast<std::ptrdiff_t>(done[r] + n));
+          done[r] += n;
+          const int32_t pad = c - static_cast<int32_t>(n);
+          all_full = all_full && pad == 0;
+          (Cur().Count(r) == 0 && Chance(50) ? l : rt)[r] = pad;
+        }
+        Forward(c, l, rt, chunk, c == 1 && all_full && Chance(50));
+      }
+    }
+    Line("expect equal " + a);
+    if (Chance(30)) {
+      Line("use " + a);
+      current_ = a;
+      Line("expect equal " + b);
+    }
   }
 
   // join, filter or extract, mostly valid.
@@ -445,8 +643,9 @@ class Generator {
 
   void ExpectSees() {
     const Shadow& s = Cur();
-    if (!s.has_last) return ExpectPositions();
-    const size_t l = static_cast<size_t>(Range(0, static_cast<int32_t>(layers_.size()) - 1));
+    if (!s.has_last || attention_.empty()) return ExpectPositions();
+    const size_t l = attention_[static_cast<size_t>(
+        Range(0, static_cast<int32_t>(attention_.size()) - 1))];
     const size_t r = static_cast<size_t>(Range(0, Rows() - 1));
     if (s.last_count[r] == 0) return ExpectPositions();
     const int32_t p = s.last_first[r] + Range(0, s.last_count[r] - 1);
@@ -486,17 +685,20 @@ class Generator {
     switch (Range(0, 4)) {
       case 0:
         Line("expect trimmable " + layer.name +
-             ((layer.ring && Cur().peak > layer.capacity) != Chance(90) ? " yes" : " no"));
+             ((layer.ssm || (layer.ring && Cur().peak > layer.capacity)) != Chance(90)
+                  ? " yes"
+                  : " no"));
         return;
       case 1: {
-        const std::string kind = layer.ring ? "rotating" : "kv";
+        const std::string kind = layer.ssm ? "ssm" : layer.ring ? "rotating" : "kv";
         Line("expect kind " + layer.name + " " +
              (!Cur().batched != Chance(10) ? kind : "batched_" + kind));
         return;
       }
       case 2:
         Line("expect bytes_per_token " + layer.name + " " +
-             std::to_string(layer.heads * layer.dim * 8 + (Chance(10) ? 4 : 0)));
+             std::to_string((layer.ssm ? 0 : layer.heads * layer.dim * 8) +
+                            (Chance(10) ? 4 : 0)));
         return;
       default: {
         std::vector<std::string> names;
@@ -613,6 +815,9 @@ class Generator {
   std::string text_;
   int rows_ = 1;
   std::vector<LayerShape> layers_;
+  std::vector<size_t> attention_;  // indices of the kv and rotating layers
+  bool has_ssm_ = false;
+  int twins_ = 0;                  // Twins() patterns written
   std::map<std::string, Shadow> layouts_;
   std::string current_;
   int forks_ = 0;
@@ -685,12 +890,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  model.unsupported.c_str(), text.c_str());
     __builtin_trap();
   }
-  const kvspec::fuzz::RunnerOutcome runner = kvspec::fuzz::RunRunner(program, kMaxBytes);
+  bool has_ssm = false;
+  for (const kvspec::trace::LayerDecl& d : program.layers) {
+    has_ssm = has_ssm || d.kind == kvspec::trace::LayerKind::kSsm;
+  }
+  // With a recurrent layer, values on: the same run serves the model (which
+  // ignores `out` lines and state hashes) and the kernel comparison.
+  const kvspec::fuzz::RunnerOutcome runner = kvspec::fuzz::RunRunner(program, kMaxBytes, has_ssm);
   const std::string difference = kvspec::fuzz::Compare(runner, model);
   if (!difference.empty()) {
     std::fprintf(stderr, "Highway target: %s\n%s", hwy::TargetName(target),
                  kvspec::fuzz::DivergenceReport(text, runner, model, difference).c_str());
     __builtin_trap();
+  }
+  if (has_ssm) {
+    const kvspec::fuzz::RunnerOutcome ref =
+        kvspec::fuzz::RunRunner(program, kMaxBytes, true, /*reference_kernels=*/true);
+    const std::string kernels = kvspec::fuzz::CompareKernelSets(runner, ref);
+    if (!kernels.empty()) {
+      std::fprintf(stderr, "Highway target: %s\n%s", hwy::TargetName(target),
+                   kvspec::fuzz::KernelReport("fuzz_layout_ops", text, runner, ref, kernels)
+                       .c_str());
+      __builtin_trap();
+    }
   }
   return 0;
 }

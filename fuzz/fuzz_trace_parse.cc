@@ -8,7 +8,10 @@
 // kvspec::trace::RunProgram under a small storage budget, so the runner
 // meets arbitrary programs: odd ids, empty groups, stray refusals, names.
 // When the model (fuzz/model.h) covers the program, the two must agree as in
-// fuzz_layout_ops; a difference prints both and traps. Programs that may
+// fuzz_layout_ops; a difference prints both and traps. When it does not
+// (`expect out`), or the program has an ssm layer (whose values and states
+// the model cannot compute), the Highway kernels must also agree with the
+// scalar reference kernels (kvspec::fuzz::CompareKernelSets). Programs that may
 // reach a known, unfixed core bug (fuzz/known_issues.h) are not run.
 // KVSPEC_FUZZ_VERBOSE=1 prints, per input, whether it ran and was compared.
 #include <cstddef>
@@ -17,10 +20,6 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
-#include <cmath>
-#include <sstream>
-
-#include "core/trace_runner.h"
 
 #include "core/trace_program.h"
 #include "fuzz/differential.h"
@@ -29,8 +28,6 @@
 
 namespace {
 
-using kvspec::trace::LayerDecl;
-using kvspec::trace::LayerKind;
 using kvspec::trace::Op;
 using kvspec::trace::Program;
 using kvspec::trace::Statement;
@@ -40,111 +37,20 @@ constexpr size_t kMaxStatements = 64;
 constexpr double kMaxStorage = double(kMaxBytes) / 4;  // estimate; far from the budget
 constexpr double kMaxWork = 2e7;                       // multiply-adds, roughly
 
-// Upper bounds of what running `program` can cost.
-struct Cost {
-  double storage = 0;  // bytes over all layouts
-  double work = 0;     // attention and read-back steps
-};
-
-Cost EstimateCost(const Program& program) {
-  double columns = 0;  // every column ever written, per row
-  double layouts = 1;
-  for (const Statement& outer : program.body) {
-    const Statement& st = outer.op == Op::kExpectError && outer.inner ? *outer.inner : outer;
-    if (st.op == Op::kWindow) columns += st.columns;
-    if (st.op == Op::kDecode) columns += 1;
-    if (st.op == Op::kFork || st.op == Op::kExtract) layouts += 1;
-    if (st.op == Op::kJoin) layouts *= 2;  // joins can double a batch
-  }
-  double bytes_per_column = 0, state_bytes = 0, lanes = 0;
-  for (const LayerDecl& d : program.layers) {
-    if (d.kind == LayerKind::kSsm) {
-      state_bytes += 4.0 * d.heads * (d.dv * d.dk + 1) + 4.0 * d.conv * (2 * d.kheads * d.dk + d.heads * d.dv);
-      lanes += double(d.heads) * d.dv * d.dk;
-    } else {
-      bytes_per_column += 8.0 * d.heads * d.dim + 4;
-      lanes += double(d.heads) * d.dim;
-    }
-  }
-  const double rows = program.rows;
-  Cost cost;
-  // Growth by 1.5x from at least 16 columns; a ring holds at most as much.
-  const double held = columns > 0 ? (columns + 16) * 1.5 : 0;
-  cost.storage = layouts * rows * (held * bytes_per_column + state_bytes);
-  cost.work = layouts * rows * held * held * (lanes + 8);
-  return cost;
-}
-
 }  // namespace
 
-// Runs `program` with the Highway kernels and with the scalar references
-// (--values): everything must agree but `state` hashes (different fp32
-// arithmetic) and `out` values, which must agree within TRACE.md's
-// 1e-4 * (1 + |reference|). A difference prints both and traps.
-void CompareWithReference(std::string_view text, const Program& program) {
-  kvspec::trace::RunOptions options;
-  options.values = true;
-  options.max_bytes = kMaxBytes;
-  std::ostringstream fast_out, fast_err, ref_out, ref_err;
-  const int fast = kvspec::trace::RunProgram(program, options, fast_out, fast_err);
-  options.reference_kernels = true;
-  const int ref = kvspec::trace::RunProgram(program, options, ref_out, ref_err);
-  std::istringstream a(fast_out.str()), b(ref_out.str());
-  std::string la, lb, problem;
-  int line = 0;
-  while (problem.empty()) {
-    const bool more_a = static_cast<bool>(std::getline(a, la));
-    const bool more_b = static_cast<bool>(std::getline(b, lb));
-    ++line;
-    if (!more_a && !more_b) break;
-    if (more_a != more_b) {
-      problem = "different numbers of output lines";
-    } else if (la.rfind("state ", 0) == 0 && lb.rfind("state ", 0) == 0) {
-      if (la.substr(0, la.rfind(' ')) != lb.substr(0, lb.rfind(' '))) problem = "state lines";
-    } else if (la.rfind("out ", 0) == 0 && lb.rfind("out ", 0) == 0) {
-      const size_t colon = la.find(':');
-      if (colon == std::string::npos || la.substr(0, colon) != lb.substr(0, lb.find(':'))) {
-        problem = "out lines name different queries";
-      } else {
-        std::istringstream va(la.substr(colon + 1)), vb(lb.substr(lb.find(':') + 1));
-        double x, y;
-        while (va >> x) {
-          if (!(vb >> y) || !(std::fabs(x - y) <= 1e-4 * (1 + std::fabs(y)))) {
-            problem = "out values beyond 1e-4 * (1 + |reference|)";
-            break;
-          }
-        }
-        if (problem.empty() && (vb >> y)) problem = "out value counts";
-      }
-    } else if (la != lb) {
-      problem = "a line differs";
-    }
-  }
-  if (problem.empty() && fast != ref) problem = "exit status";
-  // A failed `expect out` prints the values it got, which may differ within
-  // the tolerance; the rest of standard error must be the same.
-  const auto without_got_values = [](const std::string& err) {
-    std::istringstream in(err);
-    std::string err_line, kept;
-    while (std::getline(in, err_line)) {
-      const size_t got = err_line.find(" got ");
-      if (err_line.find(": expected out ") != std::string::npos && got != std::string::npos) {
-        err_line.resize(got);
-      }
-      kept += err_line + "\n";
-    }
-    return kept;
-  };
-  if (problem.empty() && without_got_values(fast_err.str()) != without_got_values(ref_err.str())) {
-    problem = "standard error";
-  }
-  if (problem.empty()) return;
-  std::fprintf(stderr,
-               "fuzz_trace_parse: Highway and reference kernels disagree (%s, output line %d)\n"
-               "--- trace\n%.*s\n--- Highway (exit %d)\n%s%s--- reference (exit %d)\n%s%s",
-               problem.c_str(), line, static_cast<int>(text.size()), text.data(), fast,
-               fast_out.str().c_str(), fast_err.str().c_str(), ref, ref_out.str().c_str(),
-               ref_err.str().c_str());
+// Runs `program` with the scalar reference kernels (values on) and compares
+// with `fast`, its run with the Highway kernels and values on: they must
+// agree as kvspec::fuzz::CompareKernelSets says (everything but `state`
+// hashes; `out` values within TRACE.md's 1e-4 * (1 + |reference|)). A
+// difference prints both and traps.
+void CompareWithReference(std::string_view text, const Program& program,
+                          const kvspec::fuzz::RunnerOutcome& fast) {
+  const kvspec::fuzz::RunnerOutcome ref = kvspec::fuzz::RunRunner(program, kMaxBytes, true, true);
+  const std::string difference = kvspec::fuzz::CompareKernelSets(fast, ref);
+  if (difference.empty()) return;
+  std::fprintf(stderr, "%s",
+               kvspec::fuzz::KernelReport("fuzz_trace_parse", text, fast, ref, difference).c_str());
   __builtin_trap();
 }
 
@@ -181,7 +87,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     note("not run: more than " + std::to_string(kMaxStatements) + " statements");
     return 0;
   }
-  const Cost cost = EstimateCost(program);
+  const kvspec::fuzz::Cost cost = kvspec::fuzz::EstimateCost(program);
   if (cost.storage > kMaxStorage || cost.work > kMaxWork) {
     note("not run: too large");
     return 0;
@@ -192,14 +98,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
 
-  const kvspec::fuzz::RunnerOutcome runner = kvspec::fuzz::RunRunner(program, kMaxBytes);
   const kvspec::fuzz::ModelOutcome model = kvspec::fuzz::RunModel(program);
-  if (!model.supported) {
-    // Recurrent layers: the Highway kernels against the scalar references.
-    note("run; compared with the scalar reference kernels (the model does not cover " +
-         model.unsupported + ")");
-    CompareWithReference(text, program);
-    return 0;
+  bool has_ssm = false;
+  for (const kvspec::trace::LayerDecl& d : program.layers) {
+    has_ssm = has_ssm || d.kind == kvspec::trace::LayerKind::kSsm;
+  }
+  // Values on when they are compared with the reference kernels; the model
+  // comparison ignores `out` lines.
+  const bool values = !model.supported || has_ssm;
+  const kvspec::fuzz::RunnerOutcome runner = kvspec::fuzz::RunRunner(program, kMaxBytes, values);
+  if (values) {
+    // Values the model cannot compute: the Highway kernels against the
+    // scalar references.
+    note("run; compared with the scalar reference kernels" +
+         (model.supported ? std::string(" (ssm layers)")
+                          : " (the model does not cover " + model.unsupported + ")"));
+    CompareWithReference(text, program, runner);
+    if (!model.supported) return 0;
   }
   note("run and compared with the model: exit " + std::to_string(runner.exit_status));
   const std::string difference = kvspec::fuzz::Compare(runner, model);

@@ -1,5 +1,5 @@
-// The trace model: TRACE.md's rules for kv and ring layers, as plainly as
-// possible. Every operation first decides whether it is refused, from the
+// The trace model: TRACE.md's rules for kv, ring and ssm layers, as plainly
+// as possible. Every operation first decides whether it is refused, from the
 // rules alone, and only then changes anything, so a refusal never changes
 // the model.
 #include "fuzz/model.h"
@@ -134,12 +134,7 @@ class Model {
 
   ModelOutcome Run() {
     for (const LayerDecl& layer : program_.layers) {
-      if (layer.kind == LayerKind::kSsm) {
-        // TODO(model): ssm layers (their `state` lines hash fp32 state bytes).
-        outcome_.supported = false;
-        outcome_.unsupported = std::string(trace::LayerKindName(layer.kind)) + " layers";
-        return outcome_;
-      }
+      has_ssm_ = has_ssm_ || layer.kind == LayerKind::kSsm;
     }
     LayoutState main;
     main.rows.resize(static_cast<size_t>(program_.rows));
@@ -174,6 +169,8 @@ class Model {
   LayoutState& Cur() { return layouts_[current_]; }
   int Rows() { return static_cast<int>(Cur().rows.size()); }
 
+
+  static bool IsSsm(const LayerDecl& layer) { return layer.kind == LayerKind::kSsm; }
 
   // A ring whose columns ever exceeded its capacity (precise rule 1).
   static bool Wrapped(const LayerDecl& layer, const LayoutState& s) {
@@ -232,9 +229,9 @@ class Model {
       case Op::kExpectEqual:
         return ExpectEqual(st);
       case Op::kExpectTrimmable: {
-        // A kv layer always is; a ring until it wraps.
+        // A kv layer always is; a ring until it wraps; an ssm layer never.
         const LayerDecl& layer = program_.layers[static_cast<size_t>(st.layer)];
-        if (st.yes == Wrapped(layer, Cur())) Failed(st);
+        if (st.yes == (IsSsm(layer) || Wrapped(layer, Cur()))) Failed(st);
         return Result::Done();
       }
       case Op::kExpectKind: {
@@ -244,9 +241,10 @@ class Model {
         return Result::Done();
       }
       case Op::kExpectBytesPerToken: {
-        // kv heads * (key dim + value dim) * sizeof(float)
+        // kv heads * (key dim + value dim) * sizeof(float); 0 for a
+        // recurrent layer (its state does not grow).
         const LayerDecl& d = program_.layers[static_cast<size_t>(st.layer)];
-        if (st.bytes != int64_t{d.heads} * 2 * d.dim * 4) Failed(st);
+        if (st.bytes != (IsSsm(d) ? 0 : int64_t{d.heads} * 2 * d.dim * 4)) Failed(st);
         return Result::Done();
       }
     }
@@ -313,12 +311,13 @@ class Model {
     s.last_change_was_window = !decode;
     s.window_real = decode ? std::vector<int32_t>{} : real;
 
-    // What every real query saw: layers in header order, rows ascending,
-    // positions ascending.
+    // What every real query saw: attention layers in header order, rows
+    // ascending, positions ascending; then the recurrent layers' states.
     s.has_last_forward = true;
     s.last_forward.clear();
     for (size_t l = 0; l < program_.layers.size(); ++l) {
       const LayerDecl& layer = program_.layers[l];
+      if (IsSsm(layer)) continue;
       for (size_t r = 0; r < rows; ++r) {
         const int32_t end = s.rows[r].Count();
         for (int32_t p = end - real[r]; p < end; ++p) {
@@ -333,7 +332,19 @@ class Model {
         }
       }
     }
+    PrintStates();
     return Result::Done();
+  }
+
+  // `state LAYER rR` per recurrent layer and row of the current layout, after
+  // every forward and accept; the hash is the runner's business.
+  void PrintStates() {
+    for (const LayerDecl& layer : program_.layers) {
+      if (!IsSsm(layer)) continue;
+      for (size_t r = 0; r < Cur().rows.size(); ++r) {
+        outcome_.out += "state " + layer.name + " r" + std::to_string(r) + "\n";
+      }
+    }
   }
 
   // `trim N [bypass]` (precise rules 2 and 3).
@@ -341,6 +352,7 @@ class Model {
     LayoutState& s = Cur();
     const int32_t n = st.count;
     if (s.armed) return Result::Refused("trim while armed");
+    if (has_ssm_) return Result::Refused("trim of a layout with an ssm layer");
     if (!st.bypass) {
       for (const LayerDecl& layer : program_.layers) {
         if (Wrapped(layer, s)) return Result::Refused("trim of a wrapped ring");
@@ -377,7 +389,8 @@ class Model {
   // `accept K` or `accept K0,K1,..` (precise rule 4). Row r keeps K_r of
   // its verify tokens. A ragged accept removes the columns of the tokens
   // every row drops (the common minimum) and turns the other rows' further
-  // rejected tips into pads, so the batch stays rectangular.
+  // rejected tips into pads, so the batch stays rectangular. A recurrent
+  // row then holds the state of its kept tokens (rows are token lists here).
   Result Accept(const Statement& st) {
     LayoutState& s = Cur();
     const size_t rows = static_cast<size_t>(Rows());
@@ -403,6 +416,7 @@ class Model {
     s.verify_real.clear();
     s.last_change_was_window = false;
     s.window_real.clear();
+    PrintStates();
     return Result::Done();
   }
 
@@ -507,23 +521,47 @@ class Model {
 
   // `expect equal NAME` (precise rule 9): rows, positions, every token of
   // a kv layer and the last min(count, window - 1) of a ring (a token's
-  // bytes are a function of its layer, id and position).
+  // bytes are a function of its layer, id and position), and the states of
+  // an ssm layer's rows: equal for the same tokens; different when the
+  // tokens differ in the last max(conv - 1, 2) positions; undecided when
+  // only older tokens differ (model.h).
   Result ExpectEqual(const Statement& st) {
     const auto it = layouts_.find(st.name);
     if (it == layouts_.end()) return Result::Refused("expect equal of an unknown name");
     const LayoutState& a = Cur();
     const LayoutState& b = it->second;
     bool same = a.rows.size() == b.rows.size() && a.Positions() == b.Positions();
+    bool undecided = false;
     for (size_t r = 0; same && r < a.rows.size(); ++r) {
       const int32_t count = a.rows[r].Count();
       for (const LayerDecl& layer : program_.layers) {
+        if (IsSsm(layer)) {
+          const std::vector<SeenItem> ta = a.rows[r].Tokens(0, INT32_MAX);
+          const std::vector<SeenItem> tb = b.rows[r].Tokens(0, INT32_MAX);
+          if (ta == tb) continue;
+          // Same positions: the same count; the ids differ somewhere.
+          size_t last = ta.size();
+          while (last-- > 0 && ta[last] == tb[last]) {
+          }
+          const int64_t newer = static_cast<int64_t>(ta.size()) - 1 - static_cast<int64_t>(last);
+          if (newer < std::max<int64_t>(layer.conv - 1, 2)) {
+            same = false;
+          } else {
+            undecided = true;
+          }
+          continue;
+        }
         const int32_t from = layer.kind == LayerKind::kRotating
                                  ? count - std::min(count, layer.window - 1)
                                  : 0;
         same = same && a.rows[r].Tokens(from, INT32_MAX) == b.rows[r].Tokens(from, INT32_MAX);
       }
     }
-    if (!same) Failed(st);
+    if (!same) {
+      Failed(st);
+    } else if (undecided) {
+      outcome_.undecided_lines.push_back(st.line);
+    }
     return Result::Done();
   }
 
@@ -531,6 +569,7 @@ class Model {
   std::map<std::string, LayoutState> layouts_;
   std::string current_;
   ModelOutcome outcome_;
+  bool has_ssm_ = false;  // the layouts hold a recurrent layer
 };
 
 }  // namespace

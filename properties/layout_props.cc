@@ -16,6 +16,12 @@
 //   kAttentionTolerance.
 // Refused operations must be refused exactly when the model says so and
 // leave the layout bit-identical.
+//
+// KvOperationSequencesMatchTheModel records every case as a trace with the
+// model's expectations (Cmd::Record); a shrunk failure is written to
+// corpus/regressions/properties/ (properties/regression_writer.h), which
+// ctest replays first. One run in eight starts from the operations of a
+// trace of corpus/traces/ or corpus/regressions/ (see "Seeds" below).
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
@@ -24,6 +30,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -37,6 +45,7 @@
 #include "core/ssm_cache.h"
 #include "core/trace_runner.h"
 #include "core/values.h"
+#include "properties/regression_writer.h"
 
 namespace kvspec {
 namespace trace {
@@ -359,8 +368,51 @@ void CheckTrimmable(const Model& m, const Layout& layout) {
 
 using Command = rc::state::Command<Model, Sut>;
 
+std::string Sees(const std::vector<Entry>& tokens, int32_t lo, int32_t hi) {
+  std::string s;
+  for (const Entry& e : tokens) {
+    if (e.pos < lo || e.pos > hi) continue;
+    s += " " + std::to_string(e.pos);
+    if (e.id != e.pos) s += ":" + std::to_string(e.id);
+  }
+  return s;
+}
+
+// A command that also records itself, as the trace statement it stands for
+// and what the model says of it, in the regression recorder
+// (properties/regression_writer.h): a shrunk failure is written as a trace
+// that fails on the build that failed and passes on a correct one.
+struct Cmd : Command {
+  virtual bool Refused(const Model& m) const = 0;
+  virtual bool IsForward() const { return false; }
+  // Expectations that only this kind of command states (a forward: what
+  // every real query sees).
+  virtual void Expectations(const Model& before, const Model& after,
+                            regress::Recorder& rec) const {}
+
+  // Called first thing in run(), before anything can fail.
+  void Record(const Model& m) const {
+    regress::Recorder& rec = regress::Recorder::Get();
+    std::ostringstream line;
+    show(line);
+    if (Refused(m)) {
+      rec.Statement("expect error " + line.str());
+      return;
+    }
+    rec.Statement(line.str(), IsForward());
+    Model after = m;
+    apply(after);
+    Expectations(m, after, rec);
+    rec.Expect("expect positions " + Join(after.Positions()));
+    for (size_t l = 0; l < m.cfg.layers.size(); ++l) {
+      const bool trimmable = !m.cfg.layers[l].recurrent && !after.Wrapped(m.cfg.layers[l]);
+      rec.Expect("expect trimmable l" + std::to_string(l) + (trimmable ? " yes" : " no"));
+    }
+  }
+};
+
 // A forward: `window L left= right= ids=` or `decode ids=`.
-struct ForwardCmd : Command {
+struct ForwardCmd : Cmd {
   bool decode = false;
   ForwardColumns cols;
   std::vector<std::vector<int32_t>> ids;
@@ -388,12 +440,31 @@ struct ForwardCmd : Command {
     pad_seed = *rc::gen::arbitrary<uint64_t>();
   }
 
-  bool Refused(const Model& m) const {
+  bool Refused(const Model& m) const override {
     if (m.armed && m.verified) return true;
     for (int r = 0; r < m.cfg.rows; ++r) {
       if (cols.left[r] > 0 && m.Next(r) > 0) return true;
     }
     return false;
+  }
+
+  bool IsForward() const override { return true; }
+  // What every real query of every attention layer sees (window causality).
+  void Expectations(const Model& before, const Model& after,
+                    regress::Recorder& rec) const override {
+    for (size_t l = 0; l < after.cfg.layers.size(); ++l) {
+      const LayerShape& s = after.cfg.layers[l];
+      if (s.recurrent) continue;
+      for (int r = 0; r < after.cfg.rows; ++r) {
+        const std::vector<Entry> tokens = after.Tokens(r);
+        for (int32_t j = 0; j < cols.Real(r); ++j) {
+          const int32_t p = before.Next(r) + j;
+          const int32_t lo = s.window == kNoWindow ? 0 : std::max(0, p - s.window + 1);
+          rec.Expect("expect sees l" + std::to_string(l) + " r" + std::to_string(r) + " p" +
+                     std::to_string(p) + ":" + Sees(tokens, lo, p));
+        }
+      }
+    }
   }
 
   void apply(Model& m) const override {
@@ -426,6 +497,7 @@ struct ForwardCmd : Command {
   }
 
   void run(const Model& m, Sut& sut) const override {
+    Record(m);
     Layout& layout = *sut.layout;
     const int rows = m.cfg.rows;
     const size_t L = static_cast<size_t>(cols.columns);
@@ -596,16 +668,17 @@ struct DecodeCmd : ForwardCmd {
   explicit DecodeCmd(const Model& m) : ForwardCmd(m, true) {}
 };
 
-struct TrimCmd : Command {
+struct TrimCmd : Cmd {
   int32_t n = 0;
   bool bypass = false;
+  TrimCmd() = default;
   explicit TrimCmd(const Model& m) {
     const std::vector<int32_t> p = m.Positions();
     const int32_t most = *std::max_element(p.begin(), p.end());
     n = *rc::gen::inRange<int32_t>(0, most + 2);
     bypass = *rc::gen::arbitrary<bool>();
   }
-  bool Refused(const Model& m) const {
+  bool Refused(const Model& m) const override {
     if (m.armed || m.AnySsm()) return true;
     if (!bypass && m.AnyWrapped()) return true;
     for (int r = 0; r < m.cfg.rows; ++r) {
@@ -621,6 +694,7 @@ struct TrimCmd : Command {
     m.bypass_bound.clear();
   }
   void run(const Model& m, Sut& sut) const override {
+    Record(m);
     const uint64_t before = sut.layout->StateHash();
     const Status s = sut.layout->Trim(n, bypass);
     RC_ASSERT(s.ok() == !Refused(m));
@@ -636,8 +710,10 @@ struct TrimCmd : Command {
   void show(std::ostream& os) const override { os << "trim " << n << (bypass ? " bypass" : ""); }
 };
 
-struct ArmCmd : Command {
+struct ArmCmd : Cmd {
+  ArmCmd() = default;
   explicit ArmCmd(const Model&) {}
+  bool Refused(const Model& m) const override { return m.armed; }
   void apply(Model& m) const override {
     if (m.armed) return;
     m.armed = true;
@@ -646,6 +722,7 @@ struct ArmCmd : Command {
     m.last_change_was_write = false;
   }
   void run(const Model& m, Sut& sut) const override {
+    Record(m);
     const uint64_t before = sut.layout->StateHash();
     const Status s = sut.layout->Arm();
     RC_ASSERT(s.ok() == !m.armed);
@@ -654,8 +731,9 @@ struct ArmCmd : Command {
   void show(std::ostream& os) const override { os << "arm"; }
 };
 
-struct AcceptCmd : Command {
+struct AcceptCmd : Cmd {
   std::vector<int32_t> keep;
+  AcceptCmd() = default;
   explicit AcceptCmd(const Model& m) {
     const bool per_row = m.cfg.rows > 1 && *rc::gen::arbitrary<bool>();
     const int count = per_row ? m.cfg.rows : 1;
@@ -665,7 +743,7 @@ struct AcceptCmd : Command {
     }
   }
   int32_t Keep(int r) const { return keep.size() == 1 ? keep[0] : keep[r]; }
-  bool Refused(const Model& m) const {
+  bool Refused(const Model& m) const override {
     if (!m.armed || !m.verified) return true;
     for (int r = 0; r < m.cfg.rows; ++r) {
       if (Keep(r) > m.verify_real[r]) return true;
@@ -693,6 +771,7 @@ struct AcceptCmd : Command {
     m.RestorePeak();
   }
   void run(const Model& m, Sut& sut) const override {
+    Record(m);
     const uint64_t before = sut.layout->StateHash();
     const Status s = sut.layout->Accept(keep);
     RC_ASSERT(s.ok() == !Refused(m));
@@ -732,18 +811,231 @@ std::unique_ptr<Layout> BuildLayout(const Config& c) {
   return layout;
 }
 
-RC_GTEST_PROP(LayoutProps, KvOperationSequencesMatchTheModel, ()) {
-  const Config cfg = *GenConfig();
+// ---------------------------------------------------------------------------
+// Seeds: the operation sequences of the repository's traces.
+//
+// One run in eight starts from a trace of corpus/traces/ (and its
+// subfolders) or corpus/regressions/ (recursively): its header becomes the
+// configuration and its first N operations (N generated, shrinking towards
+// 1) run as the property's own commands, checked like any other, before the
+// random commands continue. Statements the commands cover: `window`,
+// `decode`, `trim`, `arm`, `accept`, and `expect error` of one of them
+// (the model decides the refusal); other expectations are skipped; the
+// prefix ends at the first other operation (`fork`, `use`, `join`,
+// `filter`, `extract`, `reload`) or at a statement the commands cannot
+// state (a list of the wrong length, left + right > L, an id count that is
+// not the real count). Traces that do not parse, or whose header is larger
+// than the property's usual shapes (see SeedConfig), are not seeds. The seed
+// list is read once per process, sorted by path, so a reproduce string of a
+// seeded run holds as long as those folders do not change.
+
+struct Seed {
+  std::string file;  // relative to the source tree
+  Config cfg;
+  std::vector<trace::Statement> ops;
+  uint64_t pad_seed = 0;
+};
+
+bool SeedConfig(const trace::Program& p, Config* cfg) {
+  if (p.rows > 8 || p.layers.size() > 6) return false;
+  cfg->rows = p.rows;
+  cfg->layers.clear();
+  for (const trace::LayerDecl& d : p.layers) {
+    LayerShape s;
+    s.heads = d.heads;
+    if (d.kind == trace::LayerKind::kSsm) {
+      if (d.heads > 8 || d.dk > 32 || d.dv > 32 || d.conv > 8 || d.kheads < 1) return false;
+      s.recurrent = true;
+      s.group = d.heads / d.kheads;
+      s.dk = d.dk;
+      s.dv = d.dv;
+      s.conv = d.conv;
+    } else {
+      if (d.heads > 8 || d.dim > 64 || d.window > 256 || d.capacity > 256) return false;
+      s.dim = d.dim;
+      s.window = d.window > 0 ? d.window : kNoWindow;
+      if (d.kind == trace::LayerKind::kRotating) s.capacity = d.capacity;
+    }
+    cfg->layers.push_back(s);
+  }
+  return !cfg->layers.empty();
+}
+
+bool SeedOp(trace::Op op) {
+  return op == trace::Op::kWindow || op == trace::Op::kDecode || op == trace::Op::kTrim ||
+         op == trace::Op::kArm || op == trace::Op::kAccept;
+}
+
+const std::vector<Seed>& Seeds() {
+  static const std::vector<Seed> seeds = [] {
+    namespace fs = std::filesystem;
+    const fs::path root(KVSPEC_SOURCE_DIR);
+    std::vector<fs::path> files;
+    for (const char* dir : {"corpus/traces", "corpus/regressions"}) {
+      std::error_code ec;
+      for (fs::recursive_directory_iterator it(root / dir, ec), end; !ec && it != end;
+           it.increment(ec)) {
+        if (it->is_regular_file() && it->path().extension() == ".trace") {
+          files.push_back(it->path());
+        }
+      }
+    }
+    std::sort(files.begin(), files.end());
+    std::vector<Seed> out;
+    for (const fs::path& path : files) {
+      std::ifstream f(path, std::ios::binary);
+      std::ostringstream text;
+      text << f.rdbuf();
+      if (text.str().size() > (1u << 20)) continue;
+      trace::Program program;
+      trace::SyntaxError error;
+      if (!ParseTrace(text.str(), path.string(), &program, &error)) continue;
+      Seed seed;
+      seed.file = fs::relative(path, root).string();
+      if (!SeedConfig(program, &seed.cfg)) continue;
+      int64_t columns = 0;
+      for (const trace::Statement& st : program.body) {
+        const trace::Statement* op = &st;
+        if (st.op == trace::Op::kExpectError && st.inner) op = st.inner.get();
+        else if (st.op >= trace::Op::kExpectSees) continue;
+        if (!SeedOp(op->op)) break;
+        columns += op->op == trace::Op::kWindow ? op->columns : 1;
+        if (columns > 512) break;
+        seed.ops.push_back(st);
+      }
+      if (seed.ops.empty()) continue;
+      for (char c : seed.file) seed.pad_seed = Mix(seed.pad_seed ^ static_cast<uint8_t>(c));
+      out.push_back(std::move(seed));
+    }
+    return out;
+  }();
+  return seeds;
+}
+
+// The command trace statement `st` stands for, run on model `m`; null when
+// the commands cannot state it.
+std::unique_ptr<Cmd> SeedCommand(const trace::Statement& st, const Model& m, uint64_t pad_seed) {
+  const trace::Statement& s = st.op == trace::Op::kExpectError ? *st.inner : st;
+  const int rows = m.cfg.rows;
+  switch (s.op) {
+    case trace::Op::kWindow:
+    case trace::Op::kDecode: {
+      auto c = std::make_unique<ForwardCmd>();
+      c->decode = s.op == trace::Op::kDecode;
+      c->cols = ForwardColumns::Dense(rows, s.columns, c->decode);
+      if (s.has_left) {
+        if (static_cast<int>(s.left.size()) != rows) return nullptr;
+        c->cols.left = s.left;
+      }
+      if (s.has_right) {
+        if (static_cast<int>(s.right.size()) != rows) return nullptr;
+        c->cols.right = s.right;
+      }
+      for (int r = 0; r < rows; ++r) {
+        if (c->cols.left[r] + c->cols.right[r] > s.columns) return nullptr;
+      }
+      if (s.has_ids && static_cast<int>(s.ids.size()) != rows) return nullptr;
+      c->ids.resize(static_cast<size_t>(rows));
+      for (int r = 0; r < rows; ++r) {
+        const int32_t real = c->cols.Real(r);
+        if (s.has_ids) {
+          if (static_cast<int32_t>(s.ids[r].size()) != real) return nullptr;
+          c->ids[r] = s.ids[r];
+        } else {
+          for (int32_t j = 0; j < real; ++j) c->ids[r].push_back(m.Next(r) + j);
+        }
+      }
+      c->pad_seed = pad_seed;
+      return c;
+    }
+    case trace::Op::kTrim: {
+      auto c = std::make_unique<TrimCmd>();
+      c->n = s.count;
+      c->bypass = s.bypass;
+      return c;
+    }
+    case trace::Op::kArm:
+      return std::make_unique<ArmCmd>();
+    case trace::Op::kAccept: {
+      if (s.keep.size() != 1 && static_cast<int>(s.keep.size()) != rows) return nullptr;
+      auto c = std::make_unique<AcceptCmd>();
+      c->keep = s.keep;
+      return c;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+KVSPEC_RECORDED_PROP(LayoutProps, KvOperationSequencesMatchTheModel) {
+  const std::vector<Seed>& seeds = Seeds();
+  const Seed* seed = nullptr;
+  size_t prefix = 0;
+  // Uniform whatever the size; shrinks towards an unseeded run.
+  if (!seeds.empty() && *rc::gen::resize(100, rc::gen::inRange(0, 8)) == 7) {
+    seed = &seeds[*rc::gen::resize(100, rc::gen::inRange<size_t>(0, seeds.size()))];
+    prefix = *rc::gen::resize(100, rc::gen::inRange<size_t>(1, seed->ops.size() + 1));
+  }
+  const Config cfg = seed ? seed->cfg : *GenConfig();
+  std::string note;
+  if (seed) {
+    note = "seeded from " + seed->file + " (its first " + std::to_string(prefix) +
+           " operations), then random";
+    RC_LOG() << note << "\n";
+  }
+  RC_CLASSIFY(seed != nullptr, "seeded from a trace");
   RC_LOG() << cfg.Header();
+  regress::Recorder::Get().Begin(cfg.Header(), note);
   Model model;
   model.cfg = cfg;
   model.cols.resize(static_cast<size_t>(cfg.rows));
   Sut sut;
   sut.cfg = cfg;
   sut.layout = BuildLayout(cfg);
+  for (size_t i = 0; seed && i < prefix; ++i) {
+    const std::unique_ptr<Cmd> c = SeedCommand(seed->ops[i], model, seed->pad_seed + i);
+    if (!c) break;
+    std::ostringstream line;
+    c->show(line);
+    RC_LOG() << "  " << line.str() << "\n";
+    c->run(model, sut);
+    c->apply(model);
+  }
   rc::state::check(model, sut,
                    rc::state::gen::execOneOfWithArgs<WindowCmd, WindowCmd, DecodeCmd, TrimCmd,
                                                      ArmCmd, AcceptCmd>());
+}
+
+// Every seed's whole operation prefix, run once through the commands and
+// the model's checks (the seeded runs above start from a part of one).
+TEST(LayoutProps, SeedTracesRunThroughTheModel) {
+  const std::vector<Seed>& seeds = Seeds();
+  // corpus/traces/ holds dozens of traces of attention and ssm layers.
+  EXPECT_GE(seeds.size(), 10u);
+  size_t statements = 0;
+  for (const Seed& seed : seeds) {
+    regress::Recorder::Get().Begin(seed.cfg.Header());
+    Model model;
+    model.cfg = seed.cfg;
+    model.cols.resize(static_cast<size_t>(seed.cfg.rows));
+    Sut sut;
+    sut.cfg = seed.cfg;
+    std::string at = "(layout)";
+    try {
+      sut.layout = BuildLayout(seed.cfg);
+      for (size_t i = 0; i < seed.ops.size(); ++i) {
+        const std::unique_ptr<Cmd> c = SeedCommand(seed.ops[i], model, seed.pad_seed + i);
+        if (!c) break;
+        at = "line " + std::to_string(seed.ops[i].line);
+        c->run(model, sut);
+        c->apply(model);
+        ++statements;
+      }
+    } catch (const rc::detail::CaseResult& r) {
+      ADD_FAILURE() << seed.file << " " << at << ": " << r.description;
+    }
+  }
+  std::cout << seeds.size() << " seed traces, " << statements << " statements run\n";
 }
 
 // A prefill split into any sequence of windows gives the same visible sets

@@ -22,6 +22,12 @@
 #
 # MODE=multi: one run over several FILES exits EXPECT_EXIT (the largest
 # status over the files).
+#
+# MODE=regression: each of FILES ('|'-separated; none is fine) runs on its
+# own and must exit 0, or N when its first line is
+#     # expect-exit: N [expect-stderr: PATTERN]
+# (and then standard error must hold a line starting with FILE followed by
+# PATTERN, when given). Prints `regressions: N replayed, N passed`.
 cmake_minimum_required(VERSION 3.22)
 
 function(fail message)
@@ -120,6 +126,42 @@ elseif(MODE STREQUAL "multi")
     fail("kvspec trace over ${FILES}: exit ${rc}, expected ${EXPECT_EXIT}\n${err}")
   endif()
 
+elseif(MODE STREQUAL "regression")
+  string(REPLACE "|" ";" FILES "${FILES}")
+  set(replayed 0)
+  set(passed 0)
+  set(failures "")
+  foreach(file IN LISTS FILES)
+    math(EXPR replayed "${replayed} + 1")
+    file(STRINGS "${file}" first LIMIT_COUNT 1)
+    set(want_exit 0)
+    set(pattern "")
+    if(first MATCHES "^# expect-exit: ([0-9]+)( expect-stderr: (.+))?$")
+      set(want_exit "${CMAKE_MATCH_1}")
+      set(pattern "${CMAKE_MATCH_3}")
+    endif()
+    execute_process(COMMAND "${KVSPEC}" trace "${file}"
+                    RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
+    set(ok TRUE)
+    if(NOT rc STREQUAL want_exit)
+      set(ok FALSE)
+      string(APPEND failures "${file}: exit ${rc}, expected ${want_exit}\n${err}\n")
+    elseif(NOT pattern STREQUAL "")
+      string(FIND "\n${err}" "\n${file}${pattern}" at)
+      if(at LESS 0)
+        set(ok FALSE)
+        string(APPEND failures "${file}: no stderr line starting with '${file}${pattern}'\n${err}\n")
+      endif()
+    endif()
+    if(ok)
+      math(EXPR passed "${passed} + 1")
+    endif()
+  endforeach()
+  message(STATUS "regressions: ${replayed} replayed, ${passed} passed")
+  if(NOT passed EQUAL replayed)
+    fail("${failures}")
+  endif()
+
 else()
-  fail("MODE must be bad, emit or multi")
+  fail("MODE must be bad, emit, multi or regression")
 endif()

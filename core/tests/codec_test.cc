@@ -1,0 +1,216 @@
+// Unit tests of the persistence codecs (core/codec.h) on hostile input:
+// layouts of every kind, in the states the trace runner reaches (wrapped
+// rings, armed and verified rounds, bypass-trim bounds, padding), are
+// encoded, then
+// - every encoding decodes and re-encodes to the same bytes;
+// - every proper prefix and every extension by a byte is refused;
+// - every single-byte change is either refused with a message or decodes
+//   to a layout (or cache) that re-encodes to exactly the changed bytes:
+//   nothing the decoder accepts is silently normalised or dropped.
+// The layouts come from `reload` statements of traces run with
+// RunOptions::save_reloads_dir, which writes each encoded layout to a file.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/codec.h"
+#include "core/layout.h"
+#include "core/trace_runner.h"
+
+namespace kvspec {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Encoded {
+  std::string what;   // trace name and line
+  std::string bytes;  // an encoded layout
+};
+
+// Runs each trace with save_reloads_dir and returns the layouts written.
+std::vector<Encoded> EncodedLayouts() {
+  const std::vector<std::pair<std::string, std::string>> traces = {
+      {"kv_padding_bypass",
+       "trace 1\nrows 3\nlayer a kv heads=2 dim=3\nlayer b kv\n"
+       "window 4 left=1,0,2 ids=1,2,3/4,5,6,7/8,9\n"
+       "reload\n"  // right after a window: the encoding holds a bypass-trim bound
+       "expect error trim 1 bypass\n"
+       "window 2 ids=10,11/12,13/14,15\ntrim 1 bypass\ndecode ids=16/17/18\nreload\n"},
+      {"ring_wrapped",
+       "trace 1\nrows 2\nlayer r rotating window=3 capacity=4\nlayer s rotating window=3 "
+       "capacity=4 heads=2 dim=2\nlayer k kv dim=2\n"
+       "window 3 ids=1,2,3/4,5,6\nreload\ndecode ids=7/8\ndecode ids=9/10\nreload\n"
+       "window 2 right=1,0 ids=11/12,13\nreload\n"},
+      {"ssm_rounds",
+       "trace 1\nrows 2\nlayer g ssm heads=2 kheads=1 dk=3 dv=2 conv=3\nlayer a kv\n"
+       "window 3 left=1,0 ids=1,2/3,4,5\nreload\narm\nreload\n"
+       "window 3 ids=6,7,8/9,10,11\nreload\naccept 1,2\nreload\n"},
+      {"single_row",
+       "trace 1\nrows 1\nlayer g ssm conv=2\nlayer r rotating window=2\nlayer a kv\n"
+       "window 3 ids=1,2,3\narm\ndecode ids=4\nreload\n"},
+  };
+  const fs::path dir = fs::temp_directory_path() /
+                       ("kvspec_codec_test." + std::to_string(static_cast<long>(getpid())));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<Encoded> layouts;
+  for (const auto& [name, text] : traces) {
+    trace::RunOptions options;
+    options.save_reloads_dir = dir.string();
+    std::ostringstream out, err;
+    const int status = trace::RunTraceText(text, name, options, out, err);
+    EXPECT_EQ(status, 0) << name << ": " << err.str();
+    int reloads = 0;
+    std::istringstream lines(text);
+    std::string line;
+    for (int number = 1; std::getline(lines, line); ++number) {
+      if (line != "reload") continue;
+      ++reloads;
+      const std::string file = name + "." + std::to_string(number) + ".kvsl";
+      std::ifstream in(dir / file, std::ios::binary);
+      EXPECT_TRUE(in) << file;
+      layouts.push_back({file, std::string(std::istreambuf_iterator<char>(in), {})});
+    }
+    EXPECT_GT(reloads, 0) << name;
+  }
+  fs::remove_all(dir);
+  return layouts;
+}
+
+// Decodes `bytes` as a layout: an error with a message, or a layout that
+// encodes back to `bytes`. Returns whether it decoded.
+bool CheckLayoutBytes(const std::string& bytes, const std::string& what) {
+  std::unique_ptr<Layout> layout;
+  const Status s = DecodeLayout(bytes, &layout);
+  if (!s.ok()) {
+    EXPECT_FALSE(s.message().empty()) << what;
+    return false;
+  }
+  std::string again;
+  EXPECT_TRUE(EncodeLayout(*layout, &again).ok()) << what;
+  EXPECT_TRUE(again == bytes) << what << ": accepted, but re-encodes differently";
+  return true;
+}
+
+bool CheckCacheBytes(const std::string& bytes, const std::string& what) {
+  std::unique_ptr<Cache> cache;
+  const Status s = DecodeCache(bytes, &cache);
+  if (!s.ok()) {
+    EXPECT_FALSE(s.message().empty()) << what;
+    return false;
+  }
+  std::string again;
+  EXPECT_TRUE(EncodeCache(*cache, &again).ok()) << what;
+  EXPECT_TRUE(again == bytes) << what << ": accepted, but re-encodes differently";
+  return true;
+}
+
+// The values each byte is changed to.
+std::vector<uint8_t> Changes(uint8_t b) {
+  std::vector<uint8_t> out;
+  for (uint8_t c : {static_cast<uint8_t>(b ^ 0x01), static_cast<uint8_t>(b ^ 0x80),
+                    static_cast<uint8_t>(b + 1), uint8_t{0}, uint8_t{0xFF}}) {
+    bool seen = c == b;
+    for (uint8_t o : out) seen = seen || o == c;
+    if (!seen) out.push_back(c);
+  }
+  return out;
+}
+
+// Runs `check` on `bytes`, its prefixes, an extension and every changed
+// byte; returns how many changed inputs decoded and how many were refused.
+template <class Check>
+std::pair<int, int> Hostile(const std::string& bytes, const std::string& what, Check check) {
+  EXPECT_TRUE(check(bytes, what)) << what << ": the original does not decode";
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_FALSE(check(bytes.substr(0, n), what + " prefix " + std::to_string(n)));
+  }
+  EXPECT_FALSE(check(bytes + '\0', what + " + 1 byte"));
+  int decoded = 0, refused = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    for (uint8_t c : Changes(static_cast<uint8_t>(bytes[i]))) {
+      std::string changed = bytes;
+      changed[i] = static_cast<char>(c);
+      if (check(changed, what + " byte " + std::to_string(i) + " = " + std::to_string(c))) {
+        ++decoded;
+      } else {
+        ++refused;
+      }
+    }
+  }
+  return {decoded, refused};
+}
+
+TEST(Codec, LayoutsSurviveEveryTruncationAndByteChange) {
+  const std::vector<Encoded> layouts = EncodedLayouts();
+  ASSERT_EQ(layouts.size(), 10u);
+  for (const Encoded& e : layouts) {
+    const auto [decoded, refused] = Hostile(e.bytes, e.what, CheckLayoutBytes);
+    // Changed float contents decode; changed sizes, kinds, magic and state
+    // are refused.
+    EXPECT_GT(decoded, 0) << e.what;
+    EXPECT_GT(refused, 0) << e.what;
+  }
+}
+
+TEST(Codec, CachesSurviveEveryTruncationAndByteChange) {
+  const std::vector<Encoded> layouts = EncodedLayouts();
+  ASSERT_FALSE(layouts.empty());
+  int caches = 0;
+  for (const Encoded& e : layouts) {
+    std::unique_ptr<Layout> layout;
+    ASSERT_TRUE(DecodeLayout(e.bytes, &layout).ok()) << e.what;
+    for (size_t l = 0; l < layout->size(); ++l) {
+      std::string bytes;
+      ASSERT_TRUE(EncodeCache(layout->cache(l), &bytes).ok());
+      const std::string what = e.what + " layer " + std::to_string(l);
+      const auto [decoded, refused] = Hostile(bytes, what, CheckCacheBytes);
+      EXPECT_GT(decoded, 0) << what;
+      EXPECT_GT(refused, 0) << what;
+      ++caches;
+    }
+  }
+  EXPECT_EQ(caches, 2 * 2 + 3 * 3 + 4 * 2 + 1 * 3);  // reloads * layers per trace
+}
+
+TEST(Codec, RefusesOtherMagicVersionsAndKinds) {
+  const std::vector<Encoded> layouts = EncodedLayouts();
+  ASSERT_FALSE(layouts.empty());
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(DecodeLayout(layouts[0].bytes, &layout).ok());
+  std::string cache;
+  ASSERT_TRUE(EncodeCache(layout->cache(0), &cache).ok());
+  std::unique_ptr<Cache> c;
+  // A layout is not a cache and the other way round.
+  EXPECT_FALSE(DecodeCache(layouts[0].bytes, &c).ok());
+  EXPECT_FALSE(DecodeLayout(cache, &layout).ok());
+  // Version 2.
+  std::string v2 = cache;
+  v2[4] = 2;
+  const Status s = DecodeCache(v2, &c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("unsupported version 2"), std::string::npos) << s.message();
+  // An unknown kind string of the same length.
+  std::string kind = cache;
+  const size_t at = kind.find("batched_kv");
+  ASSERT_NE(at, std::string::npos);
+  kind[at] = 'B';
+  const Status k = DecodeCache(kind, &c);
+  EXPECT_FALSE(k.ok());
+  EXPECT_NE(k.message().find("no codec for cache kind 'Batched_kv'"), std::string::npos)
+      << k.message();
+  EXPECT_FALSE(HasCodec("Batched_kv"));
+  EXPECT_FALSE(HasCodec(""));
+  EXPECT_TRUE(HasCodec("batched_ssm"));
+}
+
+}  // namespace
+}  // namespace kvspec
