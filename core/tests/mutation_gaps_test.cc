@@ -1,0 +1,535 @@
+// Checks that mutation testing (tools/mutate) showed missing: each test pins
+// a behaviour of core/ that no other test observed, found from a mutant
+// that survived the whole harness. They test behaviour, not the mutants.
+//
+// Codec: damaged bytes are built by encoding a real cache and changing one
+// field at an offset the test computes from the format (core/codec.h) and
+// checks before changing it, so a format change fails here loudly instead
+// of testing something else.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/codec.h"
+#include "core/kv_cache.h"
+#include "core/layout.h"
+#include "core/ssm_cache.h"
+#include "core/trace_program.h"
+#include "core/trace_runner.h"
+
+namespace kvspec {
+namespace {
+
+template <class T>
+T Get(const std::string& bytes, size_t at) {
+  T v{};
+  EXPECT_LE(at + sizeof(T), bytes.size());
+  if (at + sizeof(T) <= bytes.size()) std::memcpy(&v, bytes.data() + at, sizeof(T));
+  return v;
+}
+
+template <class T>
+void Put(std::string* bytes, size_t at, T v) {
+  ASSERT_LE(at + sizeof(T), bytes->size());
+  std::memcpy(&(*bytes)[at], &v, sizeof(T));
+}
+
+std::vector<float> Filled(size_t n, float start) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = start + static_cast<float>(i);
+  return v;
+}
+
+// Offsets in an encoded column cache (kv, rotating and their batched kinds):
+// "KVSC", u32 version, string kind, then i32 rows, heads, dim, window,
+// capacity; i64 columns, peak, peak before the write; u64 slots, first;
+// i64 held; then the vectors keys, values, slot positions, ...
+struct ColumnOffsets {
+  size_t rows, heads, dim, slots, keys;  // keys: the u64 count of the keys
+  uint64_t elements;                     // keys (and values) per vector
+  size_t values, slot_pos;               // their u64 counts
+};
+
+ColumnOffsets ColumnsOf(const std::string& bytes, const std::string& kind) {
+  ColumnOffsets o{};
+  const size_t payload = 4 + 4 + 4 + kind.size();
+  EXPECT_EQ(Get<uint32_t>(bytes, 8), kind.size());
+  EXPECT_EQ(bytes.substr(12, kind.size()), kind);
+  o.rows = payload;
+  o.heads = payload + 4;
+  o.dim = payload + 8;
+  o.slots = payload + 20 + 24;
+  o.keys = o.slots + 8 + 8 + 8;
+  o.elements = static_cast<uint64_t>(Get<int32_t>(bytes, o.rows)) *
+               static_cast<uint64_t>(Get<int32_t>(bytes, o.heads)) *
+               Get<uint64_t>(bytes, o.slots) *
+               static_cast<uint64_t>(Get<int32_t>(bytes, o.dim));
+  EXPECT_EQ(Get<uint64_t>(bytes, o.keys), o.elements);
+  o.values = o.keys + 8 + 4 * o.elements;
+  EXPECT_EQ(Get<uint64_t>(bytes, o.values), o.elements);
+  o.slot_pos = o.values + 8 + 4 * o.elements;
+  return o;
+}
+
+// A two-row batched kv cache, row 0 left-padded by one column.
+std::string EncodedPaddedBatch(ColumnOffsets* offsets) {
+  BatchedKvCache c(2, 1, 2);
+  ForwardColumns cols = ForwardColumns::Dense(2, 3);
+  cols.left = {1, 0};
+  const auto k = Filled(2 * 3 * 2, 1.0f);
+  EXPECT_TRUE(c.Append(cols, k.data(), k.data()).ok());
+  std::string bytes;
+  EXPECT_TRUE(EncodeCache(c, &bytes).ok());
+  *offsets = ColumnsOf(bytes, "batched_kv");
+  std::unique_ptr<Cache> back;
+  EXPECT_TRUE(DecodeCache(bytes, &back).ok());  // the undamaged bytes decode
+  return bytes;
+}
+
+// A vector whose count is not the one the geometry implies is refused, even
+// when the bytes that follow are consistent with the count it claims.
+TEST(CodecDamage, KeysOfTheWrongCountAreRefused) {
+  ColumnOffsets o;
+  const std::string bytes = EncodedPaddedBatch(&o);
+  ASSERT_GT(o.elements, 1u);
+  std::string shorter = bytes.substr(0, o.keys);
+  const uint64_t fewer = o.elements - 1;
+  shorter.append(reinterpret_cast<const char*>(&fewer), 8);
+  shorter.append(bytes, o.keys + 8, 4 * fewer);  // drop the last key float
+  shorter.append(bytes, o.values, std::string::npos);
+  std::unique_ptr<Cache> out;
+  const Status s = DecodeCache(shorter, &out);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("keys holds"), std::string::npos) << s.message();
+  EXPECT_EQ(out, nullptr);
+}
+
+// A slot position is a position (>= 0) or -1 (padding or empty): -2 in a
+// padding slot is refused like any other out-of-range value.
+TEST(CodecDamage, SlotPositionBelowMinusOneIsRefused) {
+  ColumnOffsets o;
+  std::string bytes = EncodedPaddedBatch(&o);
+  const uint64_t slots = Get<uint64_t>(bytes, o.slots);
+  ASSERT_EQ(Get<uint64_t>(bytes, o.slot_pos), 2 * slots);
+  const size_t row0_slot0 = o.slot_pos + 8;
+  ASSERT_EQ(Get<int32_t>(bytes, row0_slot0), -1);  // row 0's left padding
+  Put<int32_t>(&bytes, row0_slot0, -2);
+  std::unique_ptr<Cache> out;
+  const Status s = DecodeCache(bytes, &out);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("slot position -2"), std::string::npos) << s.message();
+}
+
+// The end of an encoded single-row ssm cache armed for a round (not yet
+// verified): u8 armed, u8 verified, u64 1 + u8 snapshot, u64 1 + i32 round
+// size, u64 0 (the row's record).
+struct RoundTail {
+  size_t armed, verified, real, record;
+};
+
+RoundTail RoundTailOf(const std::string& bytes) {
+  RoundTail t{};
+  t.record = bytes.size() - 8;
+  t.real = t.record - 4;
+  const size_t real_count = t.real - 8;
+  const size_t snapshot_count = real_count - 1 - 8;
+  t.verified = snapshot_count - 1;
+  t.armed = t.verified - 1;
+  EXPECT_EQ(Get<uint64_t>(bytes, t.record), 0u);
+  EXPECT_EQ(Get<int32_t>(bytes, t.real), 0);
+  EXPECT_EQ(Get<uint64_t>(bytes, real_count), 1u);
+  EXPECT_EQ(Get<uint64_t>(bytes, snapshot_count), 1u);
+  EXPECT_EQ(Get<uint8_t>(bytes, t.verified), 0);
+  EXPECT_EQ(Get<uint8_t>(bytes, t.armed), 1);
+  return t;
+}
+
+// A verified round's size per row lies in [0, next position]: a round of 0
+// real tokens is a state the codec accepts, -1 is not.
+TEST(CodecDamage, NegativeRoundSizeIsRefused) {
+  SsmCache c(SsmShape{});
+  ASSERT_TRUE(c.ArmRound().ok());
+  std::string bytes;
+  ASSERT_TRUE(EncodeCache(c, &bytes).ok());
+  const RoundTail t = RoundTailOf(bytes);
+  Put<uint8_t>(&bytes, t.verified, 1);
+  std::unique_ptr<Cache> out;
+  ASSERT_TRUE(DecodeCache(bytes, &out).ok());  // verified, 0 real tokens
+  Put<int32_t>(&bytes, t.real, -1);
+  out.reset();
+  const Status s = DecodeCache(bytes, &out);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("bad round state"), std::string::npos) << s.message();
+}
+
+// ------------------------------------------------------------ layouts
+// "KVSL", u32 version, i32 rows, u32 layers, then per layer: string name,
+// i32 type, heads, q_heads, dim, window, capacity, kheads, dk, dv, conv,
+// u64 length, the cache; then the layout state: vector bypass bounds, u8
+// armed, u8 verified, vector verify sizes.
+
+// Offset of the i32 config field `index` (0: type ... 9: conv) of layer 0.
+size_t Layer0Field(const std::string& bytes, int index) {
+  const size_t name = 16;
+  return name + 4 + Get<uint32_t>(bytes, name) + 4 * static_cast<size_t>(index);
+}
+
+std::string EncodedLayout(int rows, std::vector<LayerConfig> configs,
+                          std::unique_ptr<Layout>* keep = nullptr) {
+  std::unique_ptr<Layout> layout;
+  EXPECT_TRUE(Layout::Create(rows, std::move(configs), &layout).ok());
+  std::string bytes;
+  if (!layout) return bytes;
+  EXPECT_TRUE(EncodeLayout(*layout, &bytes).ok());
+  std::unique_ptr<Layout> back;
+  EXPECT_TRUE(DecodeLayout(bytes, &back).ok());  // the undamaged bytes decode
+  if (keep) *keep = std::move(layout);
+  return bytes;
+}
+
+// A recurrent layer's configuration must describe its cache: a conv kernel
+// size that differs from the cache's is refused.
+TEST(CodecDamage, LayoutRefusesASsmConfigOfAnotherConvKernel) {
+  LayerConfig ssm;
+  ssm.name = "s";
+  ssm.type = LayerType::kSsm;
+  ssm.conv = 4;
+  std::string bytes = EncodedLayout(1, {ssm});
+  ASSERT_FALSE(bytes.empty());
+  const size_t conv = Layer0Field(bytes, 9);
+  ASSERT_EQ(Get<int32_t>(bytes, conv), 4);
+  ASSERT_EQ(Get<int32_t>(bytes, Layer0Field(bytes, 0)), static_cast<int32_t>(LayerType::kSsm));
+  Put<int32_t>(&bytes, conv, 3);
+  std::unique_ptr<Layout> out;
+  const Status s = DecodeLayout(bytes, &out);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("does not match the layer's configuration"), std::string::npos)
+      << s.message();
+}
+
+// A ring layer's configured window must be the ring's window, also when the
+// configured capacity (set explicitly) still matches.
+TEST(CodecDamage, LayoutRefusesARingConfigOfAnotherWindow) {
+  LayerConfig ring;
+  ring.name = "r";
+  ring.type = LayerType::kRotating;
+  ring.window = 4;
+  ring.capacity = 8;
+  std::string bytes = EncodedLayout(1, {ring});
+  ASSERT_FALSE(bytes.empty());
+  const size_t window = Layer0Field(bytes, 4);
+  ASSERT_EQ(Get<int32_t>(bytes, window), 4);
+  ASSERT_EQ(Get<int32_t>(bytes, Layer0Field(bytes, 5)), 8);
+  Put<int32_t>(&bytes, window, 3);
+  std::unique_ptr<Layout> out;
+  const Status s = DecodeLayout(bytes, &out);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("does not match the layer's configuration"), std::string::npos)
+      << s.message();
+}
+
+// The bypass-trim bound of a row lies in [0, its next position]: a negative
+// bound is refused.
+TEST(CodecDamage, LayoutRefusesANegativeBypassBound) {
+  LayerConfig kv;
+  kv.name = "a";
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(1, {kv}, &layout).ok());
+  const auto x = Filled(3 * 4, 0.5f);
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(1, 3),
+                              {AttentionIO(x.data(), x.data(), x.data(), nullptr)})
+                  .ok());
+  std::string bytes;
+  ASSERT_TRUE(EncodeLayout(*layout, &bytes).ok());
+  // Tail: u64 1, i32 bound; u8 armed, u8 verified; u64 0 (verify sizes).
+  const size_t n = bytes.size();
+  ASSERT_EQ(Get<uint64_t>(bytes, n - 8), 0u);
+  ASSERT_EQ(Get<uint8_t>(bytes, n - 9), 0);
+  ASSERT_EQ(Get<uint8_t>(bytes, n - 10), 0);
+  ASSERT_EQ(Get<int32_t>(bytes, n - 14), 3);  // the window's real tokens
+  ASSERT_EQ(Get<uint64_t>(bytes, n - 22), 1u);
+  std::unique_ptr<Layout> out;
+  Put<int32_t>(&bytes, n - 14, 0);
+  ASSERT_TRUE(DecodeLayout(bytes, &out).ok());  // 0 is a bound
+  Put<int32_t>(&bytes, n - 14, -1);
+  out.reset();
+  const Status s = DecodeLayout(bytes, &out);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("bad layout round state for row 0"), std::string::npos)
+      << s.message();
+}
+
+// ------------------------------------------------------------ tip drops
+// Dropping the tips of the last write leaves the cache as if only the
+// accepted tokens had been written, peak (the wrap bookkeeping) included,
+// also when trims before that write had lowered the columns below the peak.
+TEST(TipDrops, PeakIsAsIfOnlyTheAcceptedTokensWereWritten) {
+  const auto x = Filled(6 * 2, 1.0f);
+  KvCache a(1, 2), b(1, 2);
+  for (KvCache* c : {&a, &b}) {
+    ASSERT_TRUE(c->Append(ForwardColumns::Dense(1, 6), x.data(), x.data()).ok());
+    ASSERT_TRUE(c->trim(1).ok());  // right after the write: peak 5
+    ASSERT_TRUE(c->trim(2).ok());  // 3 columns held, peak still 5
+  }
+  ASSERT_TRUE(a.Append(ForwardColumns::Dense(1, 2), x.data(), x.data()).ok());
+  ASSERT_TRUE(a.trim(1, /*bypass=*/true).ok());
+  ASSERT_TRUE(b.Append(ForwardColumns::Dense(1, 1), x.data(), x.data()).ok());
+  EXPECT_EQ(a.columns(), b.columns());
+  EXPECT_EQ(b.peak(), 5);
+  EXPECT_EQ(a.peak(), b.peak());
+}
+
+// A bypass trim drops at most the real tokens of the last window of every
+// row: one more is refused by the cache itself (not only by a layout).
+TEST(TipDrops, BypassTrimBeyondTheLastWindowIsRefused) {
+  const auto x = Filled(4 * 2, 1.0f);
+  KvCache c(1, 2);
+  ASSERT_TRUE(c.Append(ForwardColumns::Dense(1, 4), x.data(), x.data()).ok());
+  ASSERT_TRUE(c.Append(ForwardColumns::Dense(1, 2), x.data(), x.data()).ok());
+  const Status s = c.trim(3, /*bypass=*/true);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("wrote only 2 real tokens"), std::string::npos) << s.message();
+  EXPECT_EQ(c.columns(), 6);
+  EXPECT_TRUE(c.trim(2, /*bypass=*/true).ok());
+  EXPECT_EQ(c.columns(), 4);
+}
+
+// ------------------------------------------------------------ layouts
+TEST(LayoutCreate, RingCapacityBelowTheWindowIsRefused) {
+  LayerConfig ring;
+  ring.name = "r";
+  ring.type = LayerType::kRotating;
+  ring.window = 4;
+  ring.capacity = 3;
+  std::unique_ptr<Layout> layout;
+  const Status s = Layout::Create(1, {ring}, &layout);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("bad ring shape"), std::string::npos) << s.message();
+  EXPECT_EQ(layout, nullptr);
+  ring.capacity = 4;
+  EXPECT_TRUE(Layout::Create(1, {ring}, &layout).ok());
+}
+
+// Masks point into the caches: a copy has no last mask until its own first
+// forward, whatever the original had.
+TEST(LayoutCopy, ACopyHasNoLastMask) {
+  LayerConfig kv;
+  kv.name = "a";
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(1, {kv, kv}, &layout).ok());
+  const auto x = Filled(3 * 4, 0.5f);
+  const AttentionIO io(x.data(), x.data(), x.data(), nullptr);
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(1, 3), {io, io}).ok());
+  ASSERT_NE(layout->LastMask(0), nullptr);
+  const std::unique_ptr<Layout> copy = layout->Copy();
+  EXPECT_EQ(copy->LastMask(0), nullptr);
+  EXPECT_EQ(copy->LastMask(1), nullptr);
+  ASSERT_TRUE(copy->Forward(ForwardColumns::Dense(1, 1, true), {io, io}).ok());
+  ASSERT_NE(copy->LastMask(1), nullptr);
+  EXPECT_EQ(copy->LastMask(1)->queries, 1);
+}
+
+// An accept count below 0 is refused by the layout, naming the count, before
+// any layer is asked to drop or roll back anything.
+TEST(LayoutRounds, NegativeAcceptIsRefusedByTheLayout) {
+  LayerConfig kv;
+  kv.name = "a";
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(1, {kv}, &layout).ok());
+  const auto x = Filled(3 * 4, 0.5f);
+  const AttentionIO io(x.data(), x.data(), x.data(), nullptr);
+  ASSERT_TRUE(layout->Arm().ok());
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(1, 3), {io}).ok());
+  const uint64_t before = layout->StateHash();
+  const Status s = layout->Accept({-1});
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("accept -1: row 0 has 3 real tokens"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(layout->StateHash(), before);
+  EXPECT_TRUE(layout->Accept({3}).ok());
+}
+
+// Layouts join only with the same layer list: a layer of another head dim
+// is named as the difference.
+TEST(LayoutJoin, ALayerOfAnotherDimIsRefusedByName) {
+  LayerConfig kv;
+  kv.name = "a";
+  kv.dim = 4;
+  LayerConfig wide = kv;
+  wide.dim = 8;
+  std::unique_ptr<Layout> a, b;
+  ASSERT_TRUE(Layout::Create(1, {kv}, &a).ok());
+  ASSERT_TRUE(Layout::Create(1, {wide}, &b).ok());
+  const Status s = a->Join(*b);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("join needs the same layer list"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(a->rows(), 1);
+}
+
+// ------------------------------------------------------------ ssm gates
+uint64_t HashOf(const Cache& c) {
+  Hasher h;
+  c.HashState(&h);
+  return h.value();
+}
+
+// Runs two tokens through a one-head ssm cache (dk = dv = 4) with the given
+// gates ([2][Hv] or [2][Hv][dk]) and returns the state hash.
+uint64_t StateAfterTwoTokens(bool per_lane, const std::vector<float>& gate) {
+  SsmShape shape;
+  shape.dk = 4;
+  shape.dv = 4;
+  shape.conv = 2;
+  shape.gate_per_lane = per_lane;
+  SsmCache c(shape);
+  const size_t C = shape.Channels();
+  std::vector<float> w(2 * C), x(2 * C), beta(2, 0.5f);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.1f + 0.01f * static_cast<float>(i % 7);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.3f - 0.05f * static_cast<float>(i % 5);
+  SsmIO io;
+  io.conv_weights = w.data();
+  io.x = x.data();
+  io.gate = gate.data();
+  io.beta = beta.data();
+  EXPECT_TRUE(c.Forward(ForwardColumns::Dense(1, 2), io).ok());
+  return HashOf(c);
+}
+
+// Per-lane gates decay each key lane of the state by its own gate: changing
+// the gate of any lane, not only the first, changes the state.
+TEST(SsmGates, EveryLaneGateCounts) {
+  const std::vector<float> equal = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+  const uint64_t base = StateAfterTwoTokens(true, equal);
+  EXPECT_EQ(base, StateAfterTwoTokens(true, equal));
+  for (size_t lane = 1; lane < 4; ++lane) {
+    std::vector<float> g = equal;
+    g[4 + lane] = 0.9f;  // the second token's gate of one lane
+    EXPECT_NE(StateAfterTwoTokens(true, g), base) << "lane " << lane;
+  }
+  // Per head, the one gate of the head counts the same way.
+  EXPECT_NE(StateAfterTwoTokens(false, {0.5f, 0.5f}), StateAfterTwoTokens(false, {0.5f, 0.9f}));
+}
+
+// ------------------------------------------------------------ parser
+// The parser reads only the bytes of the view it is given: a view that ends
+// in blanks without a newline, inside a larger buffer that goes on with
+// more blanks and a word, parses as the view alone.
+TEST(TraceParseView, ReadsOnlyTheBytesOfItsView) {
+  const std::string buffer = "trace 1\nrows 1\nlayer a kv \t   x";
+  const std::string_view text(buffer.data(), buffer.size() - 4);  // ends with " \t"
+  ASSERT_EQ(text.substr(text.size() - 2), " \t");
+  trace::Program program;
+  trace::SyntaxError error;
+  ASSERT_TRUE(trace::ParseTrace(text, "view.trace", &program, &error)) << error.ToString();
+  ASSERT_EQ(program.layers.size(), 1u);
+  ASSERT_EQ(program.lines.size(), 3u);
+  EXPECT_EQ(program.lines[2], "layer a kv \t");
+}
+
+// `decode` takes ids= only: right= (prepared padding) belongs to windows.
+TEST(TraceParseView, DecodeRefusesRightPadding) {
+  const std::string head = "trace 1\nrows 1\nlayer a kv\n";
+  trace::Program program;
+  trace::SyntaxError error;
+  EXPECT_FALSE(trace::ParseTrace(head + "decode right=0\n", "t.trace", &program, &error));
+  EXPECT_EQ(error.line, 4);
+  EXPECT_EQ(error.col, 8);
+  EXPECT_EQ(error.message, "decode: unknown option 'right' (expected ids=)");
+  trace::Program window;
+  EXPECT_TRUE(trace::ParseTrace(head + "window 2 right=0\n", "t.trace", &window, &error))
+      << error.ToString();
+}
+
+// ------------------------------------------------------------ runner
+// A trace that needs more storage than the budget stops like a limit
+// violation: exit status 2, not 1 (the status of a refusal or a failed
+// expectation), with the statement's line.
+TEST(TraceRunnerLimits, StorageBudgetExceededExitsTwo) {
+  // 16 KiB per column: the second window needs more than 1 MiB.
+  const std::string text =
+      "trace 1\nrows 1\nlayer a kv heads=8 dim=256\nwindow 2\nwindow 80\n";
+  trace::RunOptions options;
+  options.max_bytes = size_t{1} << 20;
+  std::ostringstream out, err;
+  EXPECT_EQ(trace::RunTraceText(text, "budget.trace", options, out, err), 2);
+  EXPECT_NE(err.str().find("budget.trace:5:"), std::string::npos) << err.str();
+  EXPECT_NE(err.str().find("storage would exceed the limit of 1 MiB"), std::string::npos)
+      << err.str();
+  std::ostringstream out2, err2;
+  options.max_bytes = size_t{16} << 20;
+  EXPECT_EQ(trace::RunTraceText(text, "budget.trace", options, out2, err2), 0) << err2.str();
+}
+
+// A reload holds the layout and its decoded copy at once: it needs twice the
+// layout's storage on top of what is held, and a budget below that stops it.
+TEST(TraceRunnerLimits, ReloadNeedsRoomForTwoCopies) {
+  LayerConfig kv;
+  kv.name = "a";
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(1, {kv}, &layout).ok());
+  const auto x = Filled(8 * 4, 0.5f);
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(1, 8),
+                              {AttentionIO(x.data(), x.data(), x.data(), nullptr)})
+                  .ok());
+  const size_t held = layout->allocatedBytes();
+  ASSERT_GT(held, 0u);
+  const std::string text = "trace 1\nrows 1\nlayer a kv\nwindow 8\nreload\n";
+  trace::RunOptions options;
+  options.max_bytes = 3 * held - 1;  // room for the layout and one copy
+  std::ostringstream out, err;
+  EXPECT_EQ(trace::RunTraceText(text, "reload.trace", options, out, err), 2);
+  EXPECT_NE(err.str().find("reload.trace:5:"), std::string::npos) << err.str();
+  EXPECT_NE(err.str().find("reload: storage would exceed the limit"), std::string::npos)
+      << err.str();
+  options.max_bytes = 3 * held;
+  std::ostringstream out2, err2;
+  EXPECT_EQ(trace::RunTraceText(text, "reload.trace", options, out2, err2), 0) << err2.str();
+}
+
+// With save_reloads_dir, every reload writes the encoded layout to
+// DIR/<file name>.<line>.kvsl, and the file decodes.
+TEST(TraceRunnerReloads, SavedLayoutsAreWritten) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("kvspec_reloads_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  ASSERT_TRUE(fs::create_directories(dir));
+  trace::RunOptions options;
+  options.save_reloads_dir = dir.string();
+  std::ostringstream out, err;
+  EXPECT_EQ(trace::RunTraceText("trace 1\nrows 1\nlayer a kv\nwindow 2\nreload\n",
+                                "some/where/probe.trace", options, out, err),
+            0)
+      << err.str();
+  const fs::path saved = dir / "probe.trace.5.kvsl";
+  ASSERT_TRUE(fs::exists(saved));
+  std::ifstream file(saved, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::unique_ptr<Layout> back;
+  EXPECT_TRUE(DecodeLayout(bytes, &back).ok());
+  ASSERT_NE(back, nullptr);
+  EXPECT_EQ(back->columns(), 2);
+  fs::remove_all(dir);
+}
+
+// A file that cannot be read: exit status 2 and `FILE:1:1: cannot open file`.
+TEST(TraceRunnerFiles, UnreadableFileIsReported) {
+  const std::string path = "/nonexistent-kvspec-dir/missing.trace";
+  std::ostringstream out, err;
+  EXPECT_EQ(trace::RunTraceFile(path, trace::RunOptions(), out, err), 2);
+  EXPECT_EQ(err.str(), path + ":1:1: cannot open file\n");
+  EXPECT_EQ(out.str(), "");
+}
+
+}  // namespace
+}  // namespace kvspec
