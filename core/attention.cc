@@ -32,6 +32,67 @@ HWY_INLINE VF LoadLanes(DF d, const uint16_t* HWY_RESTRICT p) {
 HWY_INLINE float Element(const float* p, int i) { return p[i]; }
 HWY_INLINE float Element(const uint16_t* p, int i) { return Bf16ToFloat(p[i]); }
 
+// out[i] = the sum of the lanes of v_i, for four vectors at once. Each sum
+// follows one tree whatever the other vectors hold: lanes (0 + 2) + (1 + 3)
+// within each 128-bit block, then the blocks in order, so a score does not
+// depend on which vectors share its reduction.
+HWY_INLINE void SumsOf4(DF d, VF v0, VF v1, VF v2, VF v3, float* HWY_RESTRICT out) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)d;
+  out[0] = hn::GetLane(v0);
+  out[1] = hn::GetLane(v1);
+  out[2] = hn::GetLane(v2);
+  out[3] = hn::GetLane(v3);
+#else
+  const hn::Repartition<uint64_t, DF> d64;
+  const VF s01 = hn::Add(hn::InterleaveLower(d, v0, v1), hn::InterleaveUpper(d, v0, v1));
+  const VF s23 = hn::Add(hn::InterleaveLower(d, v2, v3), hn::InterleaveUpper(d, v2, v3));
+  const auto w01 = hn::BitCast(d64, s01);
+  const auto w23 = hn::BitCast(d64, s23);
+  // Per block: lane i = (v_i[0] + v_i[2]) + (v_i[1] + v_i[3]).
+  const VF r = hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, w01, w23)),
+                       hn::BitCast(d, hn::InterleaveUpper(d64, w01, w23)));
+  const size_t N = hn::Lanes(d);
+  HWY_ALIGN float lanes[16];  // x86 vectors hold at most 16 floats
+  hn::Store(r, d, lanes);
+  for (size_t i = 0; i < 4; ++i) {
+    float sum = lanes[i];
+    for (size_t b = 4; b < N; b += 4) sum += lanes[b + i];
+    out[i] = sum;
+  }
+#endif
+}
+
+// The largest of p[0, n) (n > 0).
+HWY_INLINE float MaxOf(const float* HWY_RESTRICT p, size_t n) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  float max = p[0];
+  size_t j = 0;
+  if (n >= N) {
+    VF m = hn::LoadU(d, p);
+    for (j = N; j + N <= n; j += N) m = hn::Max(m, hn::LoadU(d, p + j));
+    max = hn::GetLane(hn::MaxOfLanes(d, m));
+  }
+  for (; j < n; ++j) max = p[j] > max ? p[j] : max;
+  return max;
+}
+
+// The sum of p[0, n): whole vectors into one vector accumulator, its lanes
+// reduced, then the tail in order. A fixed function of n and the values,
+// like every step of a query's softmax, so it does not depend on where the
+// query's slots sit.
+HWY_INLINE float SumOf(const float* HWY_RESTRICT p, size_t n) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  VF a = hn::Zero(d);
+  size_t j = 0;
+  for (; j + N <= n; j += N) a = hn::Add(a, hn::LoadU(d, p + j));
+  float sum = hn::GetLane(hn::SumOfLanes(d, a));
+  for (; j < n; ++j) sum += p[j];
+  return sum;
+}
+
 // Scores of kG query heads (their queries dim floats apart from q) against
 // the keys of kS slots: out[g * stride + s] = (q_g . key_s) * scale.
 // Each (head, slot) pair has its own accumulator, fed one vector of lanes
@@ -62,11 +123,21 @@ HWY_INLINE void ScoreBlock(const float* HWY_RESTRICT q, int dim, const T* const*
       for (int s = 0; s < kS; ++s) acc[g][s] = hn::MulAdd(qv, k[s], acc[g][s]);
     }
   }
+  // Lane sums, four accumulators at a time (zeros fill the last four).
+  constexpr int kPairs = kG * kS;
+  float sums[(kPairs + 3) / 4 * 4];
+  HWY_UNROLL(4)
+  for (int p = 0; p < kPairs; p += 4) {
+    const VF zero = hn::Zero(d);
+    SumsOf4(d, acc[p / kS][p % kS], p + 1 < kPairs ? acc[(p + 1) / kS][(p + 1) % kS] : zero,
+            p + 2 < kPairs ? acc[(p + 2) / kS][(p + 2) % kS] : zero,
+            p + 3 < kPairs ? acc[(p + 3) / kS][(p + 3) % kS] : zero, sums + p);
+  }
   HWY_UNROLL(4)
   for (int g = 0; g < kG; ++g) {
     HWY_UNROLL(4)
     for (int s = 0; s < kS; ++s) {
-      float sum = hn::GetLane(hn::SumOfLanes(d, acc[g][s]));
+      float sum = sums[g * kS + s];
       for (int t = i; t < dim; ++t) sum += q[g * dim + t] * Element(keys[s], t);
       out[static_cast<size_t>(g) * stride + s] = sum * scale;
     }
@@ -264,12 +335,8 @@ void AttendTyped(const float* HWY_RESTRICT q, int q_heads, const KvView& kv, con
           float* p = &scores[qi * per_query + g * padded];
           const size_t n = count[qi];
           if (n == 0) continue;
-          float max = p[0];
-          for (size_t j = 1; j < n; ++j) max = p[j] > max ? p[j] : max;
-          ExpShifted(p, n, max);
-          float sum = 0.0f;
-          for (size_t j = 0; j < n; ++j) sum += p[j];
-          sums[qi * group + g] = sum;
+          ExpShifted(p, n, MaxOf(p, n));
+          sums[qi * group + g] = SumOf(p, n);
         }
       }
       std::fill(acc.begin(), acc.begin() + nq * group * dim, 0.0f);
