@@ -14,6 +14,7 @@ gnuplot-nox, which bench/run installs).
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -138,6 +139,8 @@ def compare(old_path, new_path):
 
 
 def main(argv):
+    # Quiet when piped into head: stop at the closed pipe like other tools.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if len(argv) < 2 or argv[1] in ("-h", "--help"):
         print(__doc__.strip())
         return 0
