@@ -6,9 +6,9 @@
 #include <sstream>
 
 #include "core/trace_runner.h"
+#include "fuzz/known_issues.h"
 
 namespace kvspec::fuzz {
-namespace {
 
 std::vector<std::string> SplitLines(const std::string& text) {
   std::vector<std::string> lines;
@@ -17,6 +17,27 @@ std::vector<std::string> SplitLines(const std::string& text) {
   while (std::getline(in, line)) lines.push_back(line);
   return lines;
 }
+
+bool WorthRunning(const trace::Program& program, size_t max_statements, double max_storage,
+                  double max_work, std::string* why) {
+  if (program.body.size() > max_statements) {
+    *why = "more than " + std::to_string(max_statements) + " statements";
+    return false;
+  }
+  const Cost cost = EstimateCost(program);
+  if (cost.storage > max_storage || cost.work > max_work) {
+    *why = "too large";
+    return false;
+  }
+  std::string issue;
+  if (MayReachKnownIssue(program, &issue)) {
+    *why = "may reach a known issue: " + issue;
+    return false;
+  }
+  return true;
+}
+
+namespace {
 
 std::string JoinInts(const std::vector<int>& v) {
   std::string s;

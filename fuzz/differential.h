@@ -34,6 +34,16 @@ struct Cost {
 };
 Cost EstimateCost(const trace::Program& program);
 
+// Whether a fuzz target should run `program`: false, with the reason in
+// *why, when it has more than max_statements statements, may cost more than
+// max_storage bytes or max_work steps (EstimateCost), or may reach a known
+// core issue (fuzz/known_issues.h).
+bool WorthRunning(const trace::Program& program, size_t max_statements, double max_storage,
+                  double max_work, std::string* why);
+
+// The lines of `text`, without their line ends.
+std::vector<std::string> SplitLines(const std::string& text);
+
 // Runs `program` with kvspec::trace::RunProgram (no emit) under a storage
 // budget of `max_bytes`; `values` prints `out` lines, `reference_kernels`
 // runs the scalar reference kernels instead of the Highway ones.

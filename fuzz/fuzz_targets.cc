@@ -48,6 +48,8 @@
 
 namespace {
 
+using kvspec::fuzz::SplitLines;
+
 using kvspec::trace::LayerKind;
 using kvspec::trace::Op;
 using kvspec::trace::Program;
@@ -84,14 +86,6 @@ TargetRun RunOn(const Program& program, int64_t target) {
   run.out = out.str();
   run.err = err.str();
   return run;
-}
-
-std::vector<std::string> SplitLines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(line);
-  return lines;
 }
 
 // The kernel tolerance of layer `layer` (-1 or out of range: none, values
@@ -276,18 +270,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     note("not run: syntax error " + error.ToString());
     return 0;
   }
-  if (program.body.size() > kMaxStatements) {
-    note("not run: more than " + std::to_string(kMaxStatements) + " statements");
-    return 0;
-  }
-  const kvspec::fuzz::Cost cost = kvspec::fuzz::EstimateCost(program);
-  if (cost.storage > kMaxStorage || cost.work > kMaxWork) {
-    note("not run: too large");
-    return 0;
-  }
-  std::string issue;
-  if (kvspec::fuzz::MayReachKnownIssue(program, &issue)) {
-    note("not run: may reach a known issue: " + issue);
+  std::string why;
+  if (!kvspec::fuzz::WorthRunning(program, kMaxStatements, kMaxStorage, kMaxWork, &why)) {
+    note("not run: " + why);
     return 0;
   }
 

@@ -83,18 +83,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto note = [&](const std::string& what) {
     if (verbose) std::fprintf(stderr, "fuzz_trace_parse: %s\n", what.c_str());
   };
-  if (program.body.size() > kMaxStatements) {
-    note("not run: more than " + std::to_string(kMaxStatements) + " statements");
-    return 0;
-  }
-  const kvspec::fuzz::Cost cost = kvspec::fuzz::EstimateCost(program);
-  if (cost.storage > kMaxStorage || cost.work > kMaxWork) {
-    note("not run: too large");
-    return 0;
-  }
-  std::string issue;
-  if (kvspec::fuzz::MayReachKnownIssue(program, &issue)) {
-    note("not run: may reach a known issue: " + issue);
+  std::string why;
+  if (!kvspec::fuzz::WorthRunning(program, kMaxStatements, kMaxStorage, kMaxWork, &why)) {
+    note("not run: " + why);
     return 0;
   }
 
