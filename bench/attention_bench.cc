@@ -394,6 +394,18 @@ void BM_PeakFma(benchmark::State& state, int64_t target) {
   if (seconds > 0) FmaRecords()[scope.dispatched()].Add(flops / seconds, seconds);
 }
 
+// Sets bytes_per_second and items_per_second from the K+V bytes and the
+// attended pairs of one call, and stream_fraction when StreamRead has run.
+void ReportReads(benchmark::State& state, double bytes, double pairs, double seconds) {
+  const double iterations = static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(bytes * iterations));
+  state.SetItemsProcessed(static_cast<int64_t>(pairs * iterations));
+  const double stream = StreamRecord().Median();
+  if (stream > 0 && seconds > 0) {
+    state.counters["stream_fraction"] = bytes * iterations / seconds / stream;
+  }
+}
+
 // Attend over the caches of one shape: ColdCount of them in turn (cold) or
 // the first one only (hot).
 void RunAttention(benchmark::State& state, int64_t target, const Shape& shape, bool cold) {
@@ -423,12 +435,7 @@ void RunAttention(benchmark::State& state, int64_t target, const Shape& shape, b
   }
   const double seconds = ProcessSeconds() - start;
   const double iterations = static_cast<double>(state.iterations());
-  state.SetBytesProcessed(static_cast<int64_t>(bytes * iterations));
-  state.SetItemsProcessed(static_cast<int64_t>(pairs * iterations));
-  const double stream = StreamRecord().Median();
-  if (stream > 0 && seconds > 0) {
-    state.counters["stream_fraction"] = bytes * iterations / seconds / stream;
-  }
+  ReportReads(state, bytes, pairs, seconds);
   if (shape.columns > 1 && seconds > 0) {
     // q.k and w.v: a multiply-add (2 flops) per lane each, per query head
     // (all kQueryHeads of them) and attended (query, slot) pair.
@@ -486,13 +493,7 @@ void BM_DecodeBlas(benchmark::State& state, const Shape& shape) {
     benchmark::ClobberMemory();
   }
   const double seconds = ProcessSeconds() - start;
-  const double iterations = static_cast<double>(state.iterations());
-  state.SetBytesProcessed(static_cast<int64_t>(bytes * iterations));
-  state.SetItemsProcessed(static_cast<int64_t>(pairs * iterations));
-  const double stream = StreamRecord().Median();
-  if (stream > 0 && seconds > 0) {
-    state.counters["stream_fraction"] = bytes * iterations / seconds / stream;
-  }
+  ReportReads(state, bytes, pairs, seconds);
   state.counters["caches"] = static_cast<double>(rotate);
 }
 
