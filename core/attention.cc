@@ -175,9 +175,15 @@ HWY_INLINE void Scores(const float* HWY_RESTRICT q, int group, int dim, const T*
     const float* qg = q + g * dim;
     float* sg = scores + g * stride;
     size_t j = 0;
-    for (; j + 3 <= n; j += 3) {
+    // Threes, then twos for the rest (a lone slot only when n is 1).
+    const size_t threes = n % 3 == 1 && n > 1 ? n - 4 : n - n % 3;
+    for (; j < threes; j += 3) {
       for (size_t k = j; k < j + 3 && k < npf; ++k) PrefetchSpan(pf[k], row_bytes);
       ScoreBlock<4, 3>(qg, dim, keys + j, scale, sg + j, stride);
+    }
+    for (; j + 2 <= n; j += 2) {
+      for (size_t k = j; k < j + 2 && k < npf; ++k) PrefetchSpan(pf[k], row_bytes);
+      ScoreBlock<4, 2>(qg, dim, keys + j, scale, sg + j, stride);
     }
     for (; j < n; ++j) ScoreBlock<4, 1>(qg, dim, keys + j, scale, sg + j, stride);
     for (; j < npf; ++j) PrefetchSpan(pf[j], row_bytes);
@@ -295,8 +301,11 @@ void AttendTyped(const float* HWY_RESTRICT q, int q_heads, const KvView& kv, con
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   const size_t padded = (static_cast<size_t>(slots) + N) / N * N;
   const size_t per_query = static_cast<size_t>(group) * padded;  // [group][padded]
+  // Slots per block: 8 KiB of keys for a decode (smaller blocks start the
+  // prefetch of the next sooner), 16 KiB when many queries share each block.
+  const size_t block_bytes = queries == 1 ? 8192 : 16384;
   const int32_t block = static_cast<int32_t>(
-      std::max<size_t>(8, 8192 / (static_cast<size_t>(dim) * sizeof(T))));
+      std::max<size_t>(8, block_bytes / (static_cast<size_t>(dim) * sizeof(T))));
   // Scratch reused across calls on this thread (grown, never shrunk).
   thread_local std::vector<float> scores;  // [queries][group][padded]
   thread_local std::vector<float> acc;     // [queries][group][dim]
