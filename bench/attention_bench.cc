@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -497,6 +498,58 @@ void BM_DecodeBlas(benchmark::State& state, const Shape& shape) {
   state.counters["caches"] = static_cast<double>(rotate);
 }
 
+// The decode's memory walk without its arithmetic: per KV head, the keys
+// then the values of every slot, in blocks of 8 KiB of rows in slot order,
+// the next block's rows prefetched one per row read (as Attend does), one
+// 4-byte load per 64-byte line. What the access pattern alone reaches on
+// this core, against which the decode's own fraction of StreamRead reads.
+void BM_DecodeWalk(benchmark::State& state, const Shape& shape) {
+  const size_t rotate = ColdCount(shape);
+  const auto& cases = Cases(shape, rotate);
+  double bytes = 0, pairs = 0;
+  CountWork(*cases[0], shape, &bytes, &pairs);
+  const size_t row_bytes = static_cast<size_t>(shape.dim) * DTypeBytes(shape.dtype);
+  const size_t slots = static_cast<size_t>(cases[0]->view.slots);
+  const size_t block = std::max<size_t>(8, 8192 / row_bytes);
+  const size_t head_bytes = cases[0]->view.head_stride * DTypeBytes(shape.dtype);
+  size_t next = 0;
+  uint64_t sum = 0;
+  const double start = ProcessSeconds();
+  for (auto _ : state) {
+    const AttentionCase& c = *cases[next];
+    next = next + 1 == rotate ? 0 : next + 1;
+    const char* bases[2] = {
+        shape.dtype == DType::kF32 ? reinterpret_cast<const char*>(c.view.k)
+                                   : reinterpret_cast<const char*>(c.view.k_bf16),
+        shape.dtype == DType::kF32 ? reinterpret_cast<const char*>(c.view.v)
+                                   : reinterpret_cast<const char*>(c.view.v_bf16)};
+    for (int kh = 0; kh < kKvHeads; ++kh) {
+      for (const char* base : bases) {
+        const char* head = base + static_cast<size_t>(kh) * head_bytes;
+        for (size_t t0 = 0; t0 < slots; t0 += block) {
+          const size_t t1 = std::min(slots, t0 + block);
+          for (size_t t = t0; t < t1; ++t) {
+            if (t + block < slots) {
+              const char* ahead = head + (t + block) * row_bytes;
+              for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b);
+            }
+            const char* row = head + t * row_bytes;
+            for (size_t b = 0; b < row_bytes; b += 64) {
+              uint32_t word;
+              std::memcpy(&word, row + b, sizeof(word));
+              sum += word;
+            }
+          }
+        }
+      }
+    }
+    benchmark::DoNotOptimize(sum);
+  }
+  const double seconds = ProcessSeconds() - start;
+  ReportReads(state, bytes, pairs, seconds);
+  state.counters["caches"] = static_cast<double>(rotate);
+}
+
 void RegisterAll() {
   benchmark::RegisterBenchmark("BM_StreamRead", BM_StreamRead)->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_StreamReadWrite", BM_StreamReadWrite)
@@ -519,6 +572,12 @@ void RegisterAll() {
     if (cold && dtype == DType::kF32) {
       benchmark::RegisterBenchmark("BM_DecodeBlas/f32",
                                    [shape](benchmark::State& state) { BM_DecodeBlas(state, shape); })
+          ->Args({dim, length})
+          ->Unit(benchmark::kMicrosecond);
+    }
+    if (cold) {
+      benchmark::RegisterBenchmark((std::string("BM_DecodeWalk/") + DTypeName(dtype)).c_str(),
+                                   [shape](benchmark::State& state) { BM_DecodeWalk(state, shape); })
           ->Args({dim, length})
           ->Unit(benchmark::kMicrosecond);
     }
