@@ -15,6 +15,10 @@
 // - BM_DecodeBlas/f32/<head dim>/<cache length>: the peer, decode written
 //   the way a user would with OpenBLAS (single-threaded): per query head,
 //   cblas_sgemv for the scores, a softmax, cblas_sgemv for the values.
+// - BM_DecodeWalk/<f32|bf16>/<head dim>/<cache length>: the decode's memory
+//   walk over the same cold caches (rows in the same blocks and order, the
+//   next block prefetched) with no arithmetic: what the access pattern alone
+//   reaches, the decode's ceiling on this core.
 // - BM_DecodeSliding/<target>/f32/<head dim>/<cache length>/<window>: a
 //   decode through a sliding window of 4096 over a longer plain cache: cost
 //   should follow the visible length (masked-out slots are never read).

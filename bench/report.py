@@ -82,6 +82,11 @@ def summary(paths):
         if bf16:
             ratios.append(("f32 time / bf16 time, %s, dim %s, %s tokens" % (target, dim, length),
                            seconds(b) / seconds(bf16)))
+        for dtype, run in (("f32", b), ("bf16", bf16)):
+            walk = runs.get("BM_DecodeWalk/%s/%s/%s" % (dtype, dim, length))
+            if walk and run:
+                ratios.append(("walk time / kvspec time, %s %s, dim %s, %s tokens"
+                               % (target, dtype, dim, length), seconds(walk) / seconds(run)))
     for label, value in ratios:
         print("%-64s %6.2fx" % (label, value))
 
