@@ -41,11 +41,15 @@ TEST_P(AttentionTargets, MatchesScalarReference) {
     const int q_heads = kv_heads * group;
     const int dim = *rc::gen::oneOf(rc::gen::inRange(1, 34), rc::gen::element(64, 128, 160));
     const int32_t slots = *rc::gen::inRange<int32_t>(0, 70);
-    const int32_t queries = *rc::gen::inRange<int32_t>(1, 5);
+    // Mostly a few queries; one case in eight a forward of more than one
+    // tile of queries (Attend takes them 32 at a time).
+    const int32_t queries = *rc::gen::weightedOneOf<int32_t>(
+        {{7, rc::gen::inRange<int32_t>(1, 5)}, {1, rc::gen::inRange<int32_t>(30, 80)}});
     const uint64_t seed = *rc::gen::arbitrary<uint64_t>();
     const bool bf16 = *rc::gen::arbitrary<bool>();
     const int32_t first_slot = slots == 0 ? 0 : *rc::gen::inRange<int32_t>(0, slots);
     RC_TAG(dim % 16 == 0 ? "whole vectors" : "partial vectors");
+    RC_TAG(queries > 32 ? "several query tiles" : "one query tile");
     RC_TAG(bf16 ? "bf16 storage" : "fp32 storage");
 
     // Storage [rows][kv_heads][slots][dim]; slot positions with holes.
@@ -124,6 +128,34 @@ TEST_P(AttentionTargets, MatchesScalarReference) {
         RC_FAIL("target " + target + " lane " + std::to_string(i) + " (dim " +
                 std::to_string(dim) + "): expected " + std::to_string(want[i]) + " got " +
                 std::to_string(got[i]));
+      }
+    }
+    // Each query alone (a decode-sized forward, other blocks and no other
+    // queries in its tile) gets the bits it got in the whole forward.
+    const size_t per_query = static_cast<size_t>(q_heads) * dim;
+    for (int32_t qi = 0; qi < queries; ++qi) {
+      Mask one = mask;
+      one.queries = 1;
+      one.query_pos.clear();
+      one.lo.clear();
+      one.hi.clear();
+      std::vector<float> q1(static_cast<size_t>(rows) * per_query), out1(q1.size(), -3.0f);
+      for (int r = 0; r < rows; ++r) {
+        const size_t rq = static_cast<size_t>(r) * queries + qi;
+        one.query_pos.push_back(mask.query_pos[rq]);
+        one.lo.push_back(mask.lo[rq]);
+        one.hi.push_back(mask.hi[rq]);
+        std::copy_n(q.data() + rq * per_query, per_query, q1.data() + r * per_query);
+      }
+      Attend(q1.data(), q_heads, view, one, out1.data());
+      for (int r = 0; r < rows; ++r) {
+        const size_t rq = static_cast<size_t>(r) * queries + qi;
+        if (std::memcmp(out1.data() + r * per_query, got.data() + rq * per_query,
+                        per_query * sizeof(float)) != 0) {
+          RC_FAIL("target " + target + ": query " + std::to_string(qi) + " of row " +
+                  std::to_string(r) + " alone differs from the same query in a forward of " +
+                  std::to_string(queries));
+        }
       }
     }
   });
