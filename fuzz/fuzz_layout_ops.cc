@@ -34,19 +34,26 @@
 // state hashes not compared across kernel sets).
 //
 // Set KVSPEC_FUZZ_PRINT_TRACE=1 to print every generated trace to standard
-// error (for instance with the replay binary on one crash file).
+// error (for instance with the replay binary on one crash file), followed by
+// the same trace annotated with expectations: the model's `sees` lines after
+// every forward, and, when the Highway kernels differ from the reference
+// ones, the reference run's `sees`, `positions` and `out` lines (`====
+// annotated trace (...), exit N` blocks; fuzz/overnight stores the last one
+// as the finding's regression trace).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include "core/trace_program.h"
+#include "core/trace_runner.h"
 #include "fuzz/differential.h"
 #include "fuzz/known_issues.h"
 #include "fuzz/model.h"
@@ -851,6 +858,49 @@ void UseTarget(int64_t target) {
   hwy::GetChosenTarget().Update(hwy::SupportedTargets());
 }
 
+// The program with the model's view of every forward written in after it
+// as `expect sees` lines: a trace a correct runner passes (or fails) as the
+// model says, and one whose masks differ fails, for fuzz/overnight to store
+// as a regression. The lines a statement adds are those its prefix of the
+// program adds to the model's output.
+std::string ModelAnnotatedTrace(const kvspec::trace::Program& program) {
+  std::map<int, std::string> after;  // by 1-based line
+  kvspec::trace::Program prefix = program;
+  std::string previous;
+  for (size_t k = 0; k < program.body.size(); ++k) {
+    prefix.body.assign(program.body.begin(), program.body.begin() + static_cast<long>(k) + 1);
+    const kvspec::fuzz::ModelOutcome m = kvspec::fuzz::RunModel(prefix);
+    if (!m.supported || m.out.compare(0, previous.size(), previous) != 0) break;
+    for (const std::string& line : kvspec::fuzz::SplitLines(m.out.substr(previous.size()))) {
+      if (line.rfind("sees ", 0) == 0) after[program.body[k].line] += "expect " + line + "\n";
+    }
+    previous = m.out;
+    if (m.exit_status != 0) break;  // the run stops here
+  }
+  std::string text;
+  for (size_t i = 0; i < program.lines.size(); ++i) {
+    text += program.lines[i] + "\n";
+    const auto it = after.find(static_cast<int>(i) + 1);
+    if (it != after.end()) text += it->second;
+  }
+  return text;
+}
+
+// The program as the runner emits it with the scalar reference kernels and
+// values: `expect sees`, `expect positions` and `expect out` lines filled in
+// by that run (a regression trace for a Highway kernel that drifts from its
+// reference).
+std::string ReferenceAnnotatedTrace(const kvspec::trace::Program& program, int* exit_status) {
+  kvspec::trace::RunOptions options;
+  options.max_bytes = kMaxBytes;
+  options.values = true;
+  options.emit = true;
+  options.reference_kernels = true;
+  std::ostringstream out, err;
+  *exit_status = kvspec::trace::RunProgram(program, options, out, err);
+  return out.str();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -890,6 +940,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  model.unsupported.c_str(), text.c_str());
     __builtin_trap();
   }
+  if (print && model.undecided_lines.empty()) {
+    std::fprintf(stderr, "==== annotated trace (model), exit %d\n%s====\n", model.exit_status,
+                 ModelAnnotatedTrace(program).c_str());
+  }
   bool has_ssm = false;
   for (const kvspec::trace::LayerDecl& d : program.layers) {
     has_ssm = has_ssm || d.kind == kvspec::trace::LayerKind::kSsm;
@@ -908,6 +962,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         kvspec::fuzz::RunRunner(program, kMaxBytes, true, /*reference_kernels=*/true);
     const std::string kernels = kvspec::fuzz::CompareKernelSets(runner, ref);
     if (!kernels.empty()) {
+      if (print) {
+        int exit_status = 0;
+        const std::string annotated = ReferenceAnnotatedTrace(program, &exit_status);
+        std::fprintf(stderr, "==== annotated trace (reference kernels), exit %d\n%s====\n",
+                     exit_status, annotated.c_str());
+      }
       std::fprintf(stderr, "Highway target: %s\n%s", hwy::TargetName(target),
                    kvspec::fuzz::KernelReport("fuzz_layout_ops", text, runner, ref, kernels)
                        .c_str());
