@@ -24,6 +24,7 @@
 #include "core/layout.h"
 #include "core/trace_runner.h"
 #include "core/values.h"
+#include "properties/regression_writer.h"
 
 namespace kvspec {
 namespace {
@@ -46,6 +47,32 @@ std::string Show(const Step& s) {
   os << " right=";
   for (size_t i = 0; i < s.right.size(); ++i) os << (i ? "," : "") << s.right[i];
   if (s.id_offset) os << " (ids pos+" << s.id_offset << ")";
+  return os.str();
+}
+
+// The trace statement of a step: `window` with its padding and, for drafts,
+// the ids of each row's real tokens (positions from `next` on).
+std::string Statement(const Step& s, const std::vector<int32_t>& next) {
+  std::ostringstream os;
+  os << "window " << s.columns << " left=";
+  for (size_t i = 0; i < s.left.size(); ++i) os << (i ? "," : "") << s.left[i];
+  os << " right=";
+  for (size_t i = 0; i < s.right.size(); ++i) os << (i ? "," : "") << s.right[i];
+  if (s.id_offset) {
+    os << " ids=";
+    for (size_t r = 0; r < s.left.size(); ++r) {
+      const int32_t real = s.columns - s.left[r] - s.right[r];
+      if (r) os << "/";
+      for (int32_t j = 0; j < real; ++j) os << (j ? "," : "") << next[r] + j + s.id_offset;
+    }
+  }
+  return os.str();
+}
+
+std::string Positions(const std::vector<int32_t>& next) {
+  std::ostringstream os;
+  os << "expect positions ";
+  for (size_t r = 0; r < next.size(); ++r) os << (r ? "," : "") << next[r];
   return os.str();
 }
 
@@ -154,7 +181,12 @@ void Continue(RingRun& a, RingRun& b, const std::vector<Step>& steps, bool same_
   }
 }
 
-RC_GTEST_PROP(RingProps, DroppedTipsEqualNeverWritingThem, ()) {
+// Recorded as a trace (regression_writer.h) when it fails: the prefix, a
+// fork `fresh`, the round on `main`, the accepted tokens written on
+// `fresh`, then each later window on both, with `expect equal main` and
+// both rings' `expect trimmable` (as `fresh` says) after each, and the
+// oracle's `expect out` values after every window.
+KVSPEC_RECORDED_PROP(RingProps, DroppedTipsEqualNeverWritingThem) {
   const int rows = *rc::gen::inRange(1, 4);
   const int32_t window = *rc::gen::inRange<int32_t>(1, 9);
   const int32_t capacity = window + *rc::gen::element<int32_t>(0, 0, 1, 2, 5);
@@ -163,6 +195,10 @@ RC_GTEST_PROP(RingProps, DroppedTipsEqualNeverWritingThem, ()) {
   const bool use_accept = *rc::gen::arbitrary<bool>();
   RC_LOG() << "rows " << rows << ", layer ring rotating window=" << window
            << " capacity=" << capacity << " heads=" << heads << " dim=" << dim << "\n";
+  regress::Recorder& rec = regress::Recorder::Get();
+  rec.Begin("trace 1\nrows " + std::to_string(rows) + "\nlayer ring rotating heads=" +
+            std::to_string(heads) + " dim=" + std::to_string(dim) + " window=" +
+            std::to_string(window) + " capacity=" + std::to_string(capacity) + "\n");
 
   RingRun tipped(rows, window, capacity, heads, dim);
   RingRun fresh(rows, window, capacity, heads, dim);
@@ -172,9 +208,12 @@ RC_GTEST_PROP(RingProps, DroppedTipsEqualNeverWritingThem, ()) {
   for (int i = 0; i < prefix; ++i) {
     const Step s = *GenStep(rows, real, true);
     RC_LOG() << "  prefix " << Show(s) << "\n";
-    RC_ASSERT(tipped.Forward(s) == fresh.Forward(s));
+    rec.Statement(Statement(s, real), /*forward=*/true);
     for (int r = 0; r < rows; ++r) real[r] += s.columns - s.left[r] - s.right[r];
+    rec.Expect(Positions(real));
+    RC_ASSERT(tipped.Forward(s) == fresh.Forward(s));
   }
+  rec.Statement("fork fresh");
   // The verify window: S real tokens per row, drafts with their own ids.
   Step verify;
   verify.columns = *rc::gen::inRange<int32_t>(1, 2 * window + 3);
@@ -189,20 +228,33 @@ RC_GTEST_PROP(RingProps, DroppedTipsEqualNeverWritingThem, ()) {
   }
   const int32_t common_drop = verify.columns - *std::max_element(keep.begin(), keep.end());
   const bool wrapped_before = !tipped.layout().cache(0).isTrimmable();
-  if (use_accept) RC_ASSERT(tipped.layout().Arm().ok());
+  if (use_accept) {
+    rec.Statement("arm");
+    RC_ASSERT(tipped.layout().Arm().ok());
+  }
+  rec.Statement(Statement(verify, real), /*forward=*/true);
   tipped.Forward(verify);
   RC_CLASSIFY(!wrapped_before && !tipped.layout().cache(0).isTrimmable(),
               "round crosses the wrap boundary");
   RC_CLASSIFY(wrapped_before, "ring already wrapped");
   if (use_accept) {
+    std::ostringstream accept;
+    accept << "accept ";
+    for (int r = 0; r < rows; ++r) accept << (r ? "," : "") << keep[r];
+    rec.Statement(accept.str());
     RC_ASSERT(tipped.layout().Accept(keep).ok());
   } else {
+    rec.Statement("trim " + std::to_string(verify.columns - uniform) + " bypass");
     RC_ASSERT(tipped.layout().Trim(verify.columns - uniform, /*bypass=*/true).ok());
   }
   RC_LOG() << "  verify " << Show(verify) << (use_accept ? " then accept " : " then trim bypass to ")
            << "keep " << keep[0] << (ragged ? " (ragged)" : "") << "\n";
+  std::vector<int32_t> after_round = real;
+  for (int r = 0; r < rows; ++r) after_round[r] += keep[r];
+  rec.Expect(Positions(after_round));
   // The fresh ring writes only the accepted tokens (as one window; rows
   // that keep fewer than others carry the difference as padding).
+  rec.Statement("use fresh");
   const int32_t kept_columns = verify.columns - common_drop;
   if (kept_columns > 0) {
     Step accepted;
@@ -210,16 +262,41 @@ RC_GTEST_PROP(RingProps, DroppedTipsEqualNeverWritingThem, ()) {
     accepted.id_offset = verify.id_offset;  // the accepted drafts themselves
     accepted.left.assign(static_cast<size_t>(rows), 0);
     for (int r = 0; r < rows; ++r) accepted.right.push_back(kept_columns - keep[r]);
+    rec.Statement(Statement(accepted, real), /*forward=*/true);
     fresh.Forward(accepted);
   }
+  real = after_round;
+  rec.Expect(Positions(real));
+  rec.Expect("expect equal main");
+  // The ring that never held the tips says whether it may still be trimmed.
+  const auto trimmable = [&] {
+    return std::string("expect trimmable ring ") +
+           (fresh.layout().cache(0).isTrimmable() ? "yes" : "no");
+  };
+  rec.Expect(trimmable());
+  rec.Statement("use main");
+  rec.Expect(trimmable());
   RC_ASSERT(tipped.layout().positions() == fresh.layout().positions());
   RC_ASSERT(tipped.layout().cache(0).isTrimmable() == fresh.layout().cache(0).isTrimmable());
-  for (int r = 0; r < rows; ++r) real[r] += keep[r];
   // Whatever comes next sees the same things.
-  std::vector<Step> after;
   const int more = *rc::gen::inRange(1, 6);
-  for (int i = 0; i < more; ++i) after.push_back(*GenStep(rows, real, false));
-  Continue(tipped, fresh, after, /*same_kind=*/true);
+  for (int i = 0; i < more; ++i) {
+    const Step s = *GenStep(rows, real, false);
+    RC_LOG() << "  then " << Show(s) << "\n";
+    for (const char* name : {"main", "fresh"}) {
+      rec.Statement(std::string("use ") + name);
+      rec.Statement(Statement(s, real), /*forward=*/true);
+    }
+    rec.Expect("expect equal main");
+    for (int r = 0; r < rows; ++r) real[r] += s.columns;
+    const bool same = tipped.Forward(s) == fresh.Forward(s);
+    rec.Expect(trimmable());
+    rec.Statement("use main");
+    rec.Expect(trimmable());
+    RC_ASSERT(same);
+    RC_ASSERT(tipped.layout().cache(0).isTrimmable() == fresh.layout().cache(0).isTrimmable());
+    RC_ASSERT(tipped.layout().positions() == fresh.layout().positions());
+  }
 }
 
 RC_GTEST_PROP(RingProps, OutputsDoNotDependOnPhaseOrCapacity, ()) {
