@@ -80,6 +80,12 @@ HWY_INLINE void PrefetchSpan(const void* p, size_t bytes) {
   for (size_t b = 0; b < bytes; b += 64) hwy::Prefetch(c + b);
 }
 
+// Requests the rows rows[from, to), each `bytes` long.
+template <typename T>
+HWY_INLINE void PrefetchRows(const T* const* rows, size_t from, size_t to, size_t bytes) {
+  for (size_t k = from; k < to; ++k) PrefetchSpan(rows[k], bytes);
+}
+
 // The largest of p[0, n) (n > 0).
 HWY_INLINE float MaxOf(const float* HWY_RESTRICT p, size_t n) {
   const DF d;
@@ -178,27 +184,27 @@ HWY_INLINE void Scores(const float* HWY_RESTRICT q, int group, int dim, const T*
     // Threes, then twos for the rest (a lone slot only when n is 1).
     const size_t threes = n % 3 == 1 && n > 1 ? n - 4 : n - n % 3;
     for (; j < threes; j += 3) {
-      for (size_t k = j; k < j + 3 && k < npf; ++k) PrefetchSpan(pf[k], row_bytes);
+      PrefetchRows(pf, j, std::min(j + 3, npf), row_bytes);
       ScoreBlock<4, 3>(qg, dim, keys + j, scale, sg + j, stride);
     }
     for (; j + 2 <= n; j += 2) {
-      for (size_t k = j; k < j + 2 && k < npf; ++k) PrefetchSpan(pf[k], row_bytes);
+      PrefetchRows(pf, j, std::min(j + 2, npf), row_bytes);
       ScoreBlock<4, 2>(qg, dim, keys + j, scale, sg + j, stride);
     }
     for (; j < n; ++j) ScoreBlock<4, 1>(qg, dim, keys + j, scale, sg + j, stride);
-    for (; j < npf; ++j) PrefetchSpan(pf[j], row_bytes);
-    npf = 0;
+    PrefetchRows(pf, j, npf, row_bytes);
+    npf = 0;  // the other heads read the same rows
   }
   for (; g < group; ++g) {
     const float* qg = q + g * dim;
     float* sg = scores + g * stride;
     size_t j = 0;
     for (; j + 4 <= n; j += 4) {
-      for (size_t k = j; k < j + 4 && k < npf; ++k) PrefetchSpan(pf[k], row_bytes);
+      PrefetchRows(pf, j, std::min(j + 4, npf), row_bytes);
       ScoreBlock<1, 4>(qg, dim, keys + j, scale, sg + j, stride);
     }
     for (; j < n; ++j) ScoreBlock<1, 1>(qg, dim, keys + j, scale, sg + j, stride);
-    for (; j < npf; ++j) PrefetchSpan(pf[j], row_bytes);
+    PrefetchRows(pf, j, npf, row_bytes);
     npf = 0;
   }
 }
@@ -241,12 +247,8 @@ HWY_INLINE void ValueBlock(const float* HWY_RESTRICT w, size_t stride, const T* 
       hn::StoreU(a[g][1], d, acc + g * dim + i + N);
     }
   }
-  for (size_t j = n; j < npf; ++j) PrefetchSpan(pf[j], static_cast<size_t>(dim) * sizeof(T));
-  if (i == 0) {  // no whole chunk: nothing prefetched yet
-    for (size_t j = 0; j < std::min(n, npf); ++j) {
-      PrefetchSpan(pf[j], static_cast<size_t>(dim) * sizeof(T));
-    }
-  }
+  // The rows past n, or all of them when no whole chunk prefetched any.
+  PrefetchRows(pf, i == 0 ? 0 : n, npf, static_cast<size_t>(dim) * sizeof(T));
   for (; i + N <= dim; i += N) {
     VF a[kG];
     HWY_UNROLL(4)
@@ -355,62 +357,64 @@ void AttendTyped(const float* HWY_RESTRICT q, int q_heads, const KvView& kv, con
       // while a block computes, as one core's hardware prefetcher alone does
       // not (decode over 32768 fp32 tokens: 25% less time here than with the
       // next block's prefetches issued at once before its computation).
-      const auto gather = [&](const T* base, int kh, int32_t t0, int32_t* bpos, const T** brows,
-                              int32_t* bmin, int32_t* bmax) {
+      // A block's candidate slots (those some query of the tile may admit):
+      // positions, rows, and the range of the positions.
+      struct Block {
+        int32_t* pos;
+        const T** rows;
+        size_t n;
+        int32_t min, max;
+      };
+      const auto gather = [&](const T* base, int kh, int32_t t0, Block* b) {
         const int32_t t1 = std::min(slots, t0 + block);
         const T* head = at(base, r, kh, 0);
-        size_t nb = 0;
-        *bmin = std::numeric_limits<int32_t>::max();
-        *bmax = std::numeric_limits<int32_t>::min();
+        // Locals, not *b, in the loop: the stores to b->pos could alias them.
+        int32_t* bpos = b->pos;
+        const T** brows = b->rows;
+        size_t n = 0;
+        int32_t bmin = std::numeric_limits<int32_t>::max();
+        int32_t bmax = std::numeric_limits<int32_t>::min();
         for (int32_t t = t0; t < t1; ++t) {
           const int32_t s = mask.first_slot + t < slots ? mask.first_slot + t
                                                         : mask.first_slot + t - slots;
           const int32_t p = pos[s];
           if (p < min_lo || p > max_hi) continue;  // no query reads it
-          bpos[nb] = p;
-          brows[nb++] = head + static_cast<size_t>(s) * dim;
-          *bmin = std::min(*bmin, p);
-          *bmax = std::max(*bmax, p);
+          bpos[n] = p;
+          brows[n++] = head + static_cast<size_t>(s) * dim;
+          bmin = std::min(bmin, p);
+          bmax = std::max(bmax, p);
         }
-        return nb;
+        b->n = n;
+        b->min = bmin;
+        b->max = bmax;
       };
       const auto for_each_block = [&](const T* base, int kh, const auto& fn) {
-        int32_t* cur_pos = block_pos.data();
-        const T** cur_rows = block_rows.data();
-        int32_t* next_pos = cur_pos + block;
-        const T** next_rows = cur_rows + block;
-        int32_t bmin, bmax, next_min = 0, next_max = 0;
-        size_t nb = gather(base, kh, 0, cur_pos, cur_rows, &bmin, &bmax);
+        Block cur{block_pos.data(), block_rows.data(), 0, 0, 0};
+        Block next{cur.pos + block, cur.rows + block, 0, 0, 0};
+        gather(base, kh, 0, &cur);
         for (int32_t t0 = 0; t0 < slots; t0 += block) {
-          const size_t next_nb = t0 + block < slots ? gather(base, kh, t0 + block, next_pos,
-                                                             next_rows, &next_min, &next_max)
-                                                    : 0;
-          const T* const* pf = next_rows;
-          size_t npf = next_nb;
-          for (int32_t qi = q0; qi < q1 && nb > 0; ++qi) {
-            if (hi[qi] < bmin || lo[qi] > bmax) continue;
-            if (lo[qi] <= bmin && hi[qi] >= bmax) {
-              fn(qi, cur_rows, nb, pf, npf);
+          next.n = 0;
+          if (t0 + block < slots) gather(base, kh, t0 + block, &next);
+          size_t npf = next.n;  // given to the block's first call only
+          for (int32_t qi = q0; qi < q1 && cur.n > 0; ++qi) {
+            if (hi[qi] < cur.min || lo[qi] > cur.max) continue;
+            if (lo[qi] <= cur.min && hi[qi] >= cur.max) {
+              fn(qi, cur.rows, cur.n, next.rows, npf);
               npf = 0;
               continue;
             }
             size_t n = 0;
-            for (size_t i = 0; i < nb; ++i) {
-              if (cur_pos[i] >= lo[qi] && cur_pos[i] <= hi[qi]) ptrs[n++] = cur_rows[i];
+            for (size_t i = 0; i < cur.n; ++i) {
+              if (cur.pos[i] >= lo[qi] && cur.pos[i] <= hi[qi]) ptrs[n++] = cur.rows[i];
             }
             if (n > 0) {
-              fn(qi, ptrs.data(), n, pf, npf);
+              fn(qi, ptrs.data(), n, next.rows, npf);
               npf = 0;
             }
           }
-          for (size_t i = 0; i < npf; ++i) {  // no query used the block
-            PrefetchSpan(pf[i], static_cast<size_t>(dim) * sizeof(T));
-          }
-          std::swap(cur_pos, next_pos);
-          std::swap(cur_rows, next_rows);
-          nb = next_nb;
-          bmin = next_min;
-          bmax = next_max;
+          // No query used the block: request the next one all the same.
+          PrefetchRows(next.rows, 0, npf, static_cast<size_t>(dim) * sizeof(T));
+          std::swap(cur, next);
         }
       };
       for (int kh = 0; kh < kv.kv_heads; ++kh) {
