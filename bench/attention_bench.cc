@@ -54,6 +54,7 @@
 #include <time.h>
 
 #include "bench/limits.h"
+#include "bench/target_scope.h"
 #include "core/attention.h"
 #include "core/cache.h"
 #include "core/kv_cache.h"
@@ -348,42 +349,9 @@ void BM_StreamReadWrite(benchmark::State& state) {
 }
 
 // ---------------------------------------------------------------------------
-// Restricts Highway to one target for the life of the object. In Highway
-// 1.0.3, SetSupportedTargetsForTest also resets the dispatch table
-// (GetChosenTarget().DeInit()), so the next HWY_DYNAMIC_DISPATCH chooses
-// again; Matches() checks that Attend really runs on the requested target.
-class TargetScope {
- public:
-  explicit TargetScope(int64_t target) : target_(target) {
-    hwy::SetSupportedTargetsForTest(target);
-    dispatched_ = AttentionTargetName();
-  }
-  ~TargetScope() { hwy::SetSupportedTargetsForTest(0); }
-  TargetScope(const TargetScope&) = delete;
-  TargetScope& operator=(const TargetScope&) = delete;
-
-  const std::string& dispatched() const { return dispatched_; }
-  bool Matches() const {
-    return dispatched_ == hwy::TargetName(target_) &&
-           std::string(bench::LimitsTargetName()) == dispatched_;
-  }
-  // Skips the benchmark (returns false) when dispatch went elsewhere.
-  bool Check(benchmark::State& state) const {
-    state.SetLabel(dispatched_);
-    if (Matches()) return true;
-    const std::string message = std::string("dispatched to ") + dispatched_ + ", not " +
-                                hwy::TargetName(target_);
-    state.SkipWithError(message.c_str());
-    return false;
-  }
-
- private:
-  int64_t target_;
-  std::string dispatched_;
-};
 
 void BM_PeakFma(benchmark::State& state, int64_t target) {
-  TargetScope scope(target);
+  bench::TargetScope scope(target, bench::LimitsTargetName, "FmaLoop");
   if (!scope.Check(state)) return;
   constexpr size_t kIterations = size_t{1} << 20;
   const double start = ProcessSeconds();
@@ -414,7 +382,7 @@ void ReportReads(benchmark::State& state, double bytes, double pairs, double sec
 // Attend over the caches of one shape: ColdCount of them in turn (cold) or
 // the first one only (hot).
 void RunAttention(benchmark::State& state, int64_t target, const Shape& shape, bool cold) {
-  TargetScope scope(target);
+  bench::TargetScope scope(target, AttentionTargetName, "Attend");
   if (!scope.Check(state)) return;
   const size_t rotate = cold ? ColdCount(shape) : 1;
   const auto& cases = Cases(shape, rotate);

@@ -56,6 +56,7 @@
 
 #include <time.h>
 
+#include "bench/target_scope.h"
 #include "core/cache.h"
 #include "core/conv1d.h"
 #include "core/gated_delta.h"
@@ -312,34 +313,6 @@ void BM_StreamReadWriteInPlace(benchmark::State& state) {
 }
 
 // ---------------------------------------------------------------------------
-// Restricts Highway to one target while alive. In Highway 1.0.3
-// SetSupportedTargetsForTest also resets the dispatch table, so the next
-// HWY_DYNAMIC_DISPATCH chooses again; Matches() checks that the gated-delta
-// kernel (and with it conv1d, same table) really runs on that target.
-class TargetScope {
- public:
-  explicit TargetScope(int64_t target) : requested_(hwy::TargetName(target)) {
-    hwy::SetSupportedTargetsForTest(target);
-    dispatched_ = GatedDeltaTargetName();
-  }
-  ~TargetScope() { hwy::SetSupportedTargetsForTest(0); }
-  TargetScope(const TargetScope&) = delete;
-  TargetScope& operator=(const TargetScope&) = delete;
-
-  // Labels the run; false (and the run skipped) when the dispatch differs.
-  bool Check(benchmark::State& state) const {
-    state.SetLabel(dispatched_);
-    if (dispatched_ == requested_) return true;
-    const std::string message =
-        "GatedDeltaStep dispatched to " + dispatched_ + ", not " + requested_;
-    state.SkipWithError(message.c_str());
-    return false;
-  }
-
- private:
-  std::string requested_;
-  std::string dispatched_;
-};
 
 bool Failed(benchmark::State& state, const Status& s, const char* what) {
   if (s.ok()) return false;
@@ -366,7 +339,7 @@ void ReportBandwidth(benchmark::State& state, double bytes_per_iteration, double
 // shape: all of a cold set in turn, or the first one only (hot).
 void RunForward(benchmark::State& state, int64_t target, int value_heads, int rows,
                 int32_t columns, bool cold) {
-  TargetScope scope(target);
+  bench::TargetScope scope(target, GatedDeltaTargetName, "GatedDeltaStep");
   if (!scope.Check(state)) return;
   const SsmShape shape = Shape(value_heads);
   const size_t rotate = cold ? ColdCount(shape, rows) : 1;
@@ -415,7 +388,7 @@ std::map<std::string, Record>& ReplayRounds() {
 // window (reads the snapshot buffer, writes the other), Rollback(keep)
 // (replays the first keep recorded tokens from the snapshot).
 void RunRollbackReplay(benchmark::State& state, int64_t target, int32_t keep) {
-  TargetScope scope(target);
+  bench::TargetScope scope(target, GatedDeltaTargetName, "GatedDeltaStep");
   if (!scope.Check(state)) return;
   const SsmShape shape = Shape(kSpeculationValueHeads);
   SsmCache cache(shape);
@@ -450,7 +423,7 @@ void RunRollbackReplay(benchmark::State& state, int64_t target, int32_t keep) {
 // [conv | recurrent], contiguous). Positions keep counting all 8 tokens;
 // that does not change the work.
 void RunCheckpointPerToken(benchmark::State& state, int64_t target, int32_t keep) {
-  TargetScope scope(target);
+  bench::TargetScope scope(target, GatedDeltaTargetName, "GatedDeltaStep");
   if (!scope.Check(state)) return;
   const SsmShape shape = Shape(kSpeculationValueHeads);
   SsmCache cache(shape);
@@ -492,7 +465,7 @@ void RunCheckpointPerToken(benchmark::State& state, int64_t target, int32_t keep
 // ---------------------------------------------------------------------------
 // ConvStep alone, hot, in place as the cache calls it.
 void RunConvStep(benchmark::State& state, int64_t target, size_t channels, size_t kernel) {
-  TargetScope scope(target);
+  bench::TargetScope scope(target, GatedDeltaTargetName, "GatedDeltaStep");
   if (!scope.Check(state)) return;
   std::vector<float> w(kernel * channels), conv_state((kernel - 1) * channels), x(channels),
       u(channels);
