@@ -187,11 +187,12 @@ Cost EstimateCost(const trace::Program& program) {
 }
 
 RunnerOutcome RunRunner(const trace::Program& program, size_t max_bytes, bool values,
-                        bool reference_kernels) {
+                        bool reference_kernels, bool emit) {
   trace::RunOptions options;
   options.max_bytes = max_bytes;
   options.values = values;
   options.reference_kernels = reference_kernels;
+  options.emit = emit;
   std::ostringstream out, err;
   RunnerOutcome outcome;
   outcome.exit_status = trace::RunProgram(program, options, out, err);

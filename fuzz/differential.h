@@ -44,11 +44,12 @@ bool WorthRunning(const trace::Program& program, size_t max_statements, double m
 // The lines of `text`, without their line ends.
 std::vector<std::string> SplitLines(const std::string& text);
 
-// Runs `program` with kvspec::trace::RunProgram (no emit) under a storage
-// budget of `max_bytes`; `values` prints `out` lines, `reference_kernels`
-// runs the scalar reference kernels instead of the Highway ones.
+// Runs `program` with kvspec::trace::RunProgram under a storage budget of
+// `max_bytes`; `values` prints `out` lines, `reference_kernels` runs the
+// scalar reference kernels instead of the Highway ones, `emit` makes `out`
+// the trace with its expectations filled in (RunOptions::emit).
 RunnerOutcome RunRunner(const trace::Program& program, size_t max_bytes, bool values = false,
-                        bool reference_kernels = false);
+                        bool reference_kernels = false, bool emit = false);
 
 // Empty when the two agree; otherwise the first difference, one line.
 // The runner's `out` lines are ignored and the hash of its `state` lines

@@ -46,14 +46,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include "core/trace_program.h"
-#include "core/trace_runner.h"
 #include "fuzz/differential.h"
 #include "fuzz/known_issues.h"
 #include "fuzz/model.h"
@@ -886,21 +884,6 @@ std::string ModelAnnotatedTrace(const kvspec::trace::Program& program) {
   return text;
 }
 
-// The program as the runner emits it with the scalar reference kernels and
-// values: `expect sees`, `expect positions` and `expect out` lines filled in
-// by that run (a regression trace for a Highway kernel that drifts from its
-// reference).
-std::string ReferenceAnnotatedTrace(const kvspec::trace::Program& program, int* exit_status) {
-  kvspec::trace::RunOptions options;
-  options.max_bytes = kMaxBytes;
-  options.values = true;
-  options.emit = true;
-  options.reference_kernels = true;
-  std::ostringstream out, err;
-  *exit_status = kvspec::trace::RunProgram(program, options, out, err);
-  return out.str();
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -963,10 +946,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string kernels = kvspec::fuzz::CompareKernelSets(runner, ref);
     if (!kernels.empty()) {
       if (print) {
-        int exit_status = 0;
-        const std::string annotated = ReferenceAnnotatedTrace(program, &exit_status);
+        // The program as the runner emits it with the reference kernels and
+        // values: `expect sees`, `positions` and `out` lines by that run.
+        const kvspec::fuzz::RunnerOutcome annotated =
+            kvspec::fuzz::RunRunner(program, kMaxBytes, true, true, /*emit=*/true);
         std::fprintf(stderr, "==== annotated trace (reference kernels), exit %d\n%s====\n",
-                     exit_status, annotated.c_str());
+                     annotated.exit_status, annotated.out.c_str());
       }
       std::fprintf(stderr, "Highway target: %s\n%s", hwy::TargetName(target),
                    kvspec::fuzz::KernelReport("fuzz_layout_ops", text, runner, ref, kernels)
