@@ -40,16 +40,6 @@ struct Step {
   int32_t id_offset = 0;
 };
 
-std::string Show(const Step& s) {
-  std::ostringstream os;
-  os << "window " << s.columns << " left=";
-  for (size_t i = 0; i < s.left.size(); ++i) os << (i ? "," : "") << s.left[i];
-  os << " right=";
-  for (size_t i = 0; i < s.right.size(); ++i) os << (i ? "," : "") << s.right[i];
-  if (s.id_offset) os << " (ids pos+" << s.id_offset << ")";
-  return os.str();
-}
-
 // The trace statement of a step: `window` with its padding and, for drafts,
 // the ids of each row's real tokens (positions from `next` on).
 std::string Statement(const Step& s, const std::vector<int32_t>& next) {
@@ -172,7 +162,7 @@ rc::Gen<Step> GenStep(int rows, const std::vector<int32_t>& real_so_far, bool al
 // Applies `steps` to both runs, comparing every forward.
 void Continue(RingRun& a, RingRun& b, const std::vector<Step>& steps, bool same_kind) {
   for (const Step& s : steps) {
-    RC_LOG() << "  then " << Show(s) << "\n";
+    RC_LOG() << "  then " << Statement(s, a.layout().positions()) << "\n";
     RC_ASSERT(a.Forward(s) == b.Forward(s));
     if (same_kind) {
       RC_ASSERT(a.layout().cache(0).isTrimmable() == b.layout().cache(0).isTrimmable());
@@ -207,7 +197,7 @@ KVSPEC_RECORDED_PROP(RingProps, DroppedTipsEqualNeverWritingThem) {
   const int prefix = *rc::gen::inRange(0, 6);
   for (int i = 0; i < prefix; ++i) {
     const Step s = *GenStep(rows, real, true);
-    RC_LOG() << "  prefix " << Show(s) << "\n";
+    RC_LOG() << "  prefix " << Statement(s, real) << "\n";
     rec.Statement(Statement(s, real), /*forward=*/true);
     for (int r = 0; r < rows; ++r) real[r] += s.columns - s.left[r] - s.right[r];
     rec.Expect(Positions(real));
@@ -247,7 +237,7 @@ KVSPEC_RECORDED_PROP(RingProps, DroppedTipsEqualNeverWritingThem) {
     rec.Statement("trim " + std::to_string(verify.columns - uniform) + " bypass");
     RC_ASSERT(tipped.layout().Trim(verify.columns - uniform, /*bypass=*/true).ok());
   }
-  RC_LOG() << "  verify " << Show(verify) << (use_accept ? " then accept " : " then trim bypass to ")
+  RC_LOG() << "  verify " << Statement(verify, real) << (use_accept ? " then accept " : " then trim bypass to ")
            << "keep " << keep[0] << (ragged ? " (ragged)" : "") << "\n";
   std::vector<int32_t> after_round = real;
   for (int r = 0; r < rows; ++r) after_round[r] += keep[r];
@@ -282,7 +272,7 @@ KVSPEC_RECORDED_PROP(RingProps, DroppedTipsEqualNeverWritingThem) {
   const int more = *rc::gen::inRange(1, 6);
   for (int i = 0; i < more; ++i) {
     const Step s = *GenStep(rows, real, false);
-    RC_LOG() << "  then " << Show(s) << "\n";
+    RC_LOG() << "  then " << Statement(s, real) << "\n";
     for (const char* name : {"main", "fresh"}) {
       rec.Statement(std::string("use ") + name);
       rec.Statement(Statement(s, real), /*forward=*/true);
