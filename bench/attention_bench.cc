@@ -55,7 +55,7 @@
 
 #include "bench/limits.h"
 #include "bench/target_scope.h"
-#include "core/attention.h"
+#include "kernels/attention.h"
 #include "core/cache.h"
 #include "core/kv_cache.h"
 #include "core/mask.h"

@@ -58,8 +58,8 @@
 
 #include "bench/target_scope.h"
 #include "core/cache.h"
-#include "core/conv1d.h"
-#include "core/gated_delta.h"
+#include "kernels/conv1d.h"
+#include "kernels/gated_delta.h"
 #include "core/ssm_cache.h"
 #include "hwy/targets.h"
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/attention.h"
-#include "core/trace_runner.h"
+#include "kernels/attention.h"
+#include "trace/runner.h"
 
 namespace {
 

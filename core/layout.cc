@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "core/batch.h"
-#include "core/conv1d.h"
+#include "kernels/conv1d.h"
 
 namespace kvspec {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/attention.h"
+#include "kernels/attention.h"
 #include "core/cache.h"
 #include "core/kv_cache.h"
 #include "core/mask.h"

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/conv1d.h"
+#include "kernels/conv1d.h"
 #include "core/kv_cache.h"  // CheckForwardColumns
 
 namespace kvspec {

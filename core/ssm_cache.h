@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "core/cache.h"
-#include "core/gated_delta.h"
+#include "kernels/gated_delta.h"
 
 namespace kvspec {
 

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "core/trace_runner.h"
+#include "trace/runner.h"
 #include "fuzz/known_issues.h"
 
 namespace kvspec::fuzz {

@@ -1,4 +1,4 @@
-// Runs a parsed trace on the real runner and on the model (fuzz/model.h)
+// Runs a parsed trace on the real runner and on the model (testing/trace_model.h)
 // and compares what a user of `kvspec trace` would see: standard output,
 // the exit status, the line that stopped the run and the lines of failed
 // expectations. Also compares two runs of the runner, one with the Highway
@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/trace_program.h"
-#include "fuzz/model.h"
+#include "trace/program.h"
+#include "testing/trace_model.h"
 
 namespace kvspec::fuzz {
 

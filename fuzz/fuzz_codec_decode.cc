@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/codec.h"
+#include "core/codec/codec.h"
 #include "core/layout.h"
 
 namespace {

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "core/codec.h"
+#include "core/codec/codec.h"
 #include "core/layout.h"
-#include "core/trace_runner.h"
+#include "trace/runner.h"
 
 namespace {
 

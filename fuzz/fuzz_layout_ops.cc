@@ -1,6 +1,6 @@
 // Differential fuzz target: random trace programs on kv, ring and ssm
-// (recurrent) layers, run by the real runner (core/trace_runner.h: layouts,
-// caches, masks, kernels) and by the independent model (fuzz/model.h). Any
+// (recurrent) layers, run by the real runner (trace/runner.h: layouts,
+// caches, masks, kernels) and by the independent model (testing/trace_model.h). Any
 // difference in standard output, exit status, the refusal line or the
 // failed expectations prints the trace and both outputs and traps.
 //
@@ -27,7 +27,7 @@
 // What is compared: the model predicts everything but values: `sees`
 // lines, when `state` lines are printed (not their hashes), refusals, exit
 // status and failed expectations, `expect equal` of ssm rows included
-// (fuzz/model.h; a few it leaves undecided). Programs with an ssm layer run
+// (testing/trace_model.h; a few it leaves undecided). Programs with an ssm layer run
 // with values on, and once more with the scalar reference kernels: the two
 // runs must agree (kvspec::fuzz::CompareKernelSets: identical lines,
 // refusals and exit status, `out` values within 1e-4 * (1 + |reference|),
@@ -51,10 +51,10 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
-#include "core/trace_program.h"
+#include "trace/program.h"
 #include "fuzz/differential.h"
 #include "fuzz/known_issues.h"
-#include "fuzz/model.h"
+#include "testing/trace_model.h"
 #include "hwy/targets.h"
 
 #if defined(__has_feature)

@@ -4,7 +4,7 @@
 // and is small (at most kMaxStatements statements and a bounded amount of
 // storage and attention work, so that the runs together stay cheap) runs
 // once per Highway target this CPU supports (hwy::SupportedAndGeneratedTargets,
-// forced with hwy::SetSupportedTargetsForTest as properties/targets.h does)
+// forced with hwy::SetSupportedTargetsForTest as testing/target_scope.h does)
 // and once with the scalar reference kernels (--reference), always with
 // --values. Every run must give, compared with the reference run:
 // - the same exit status;
@@ -38,10 +38,10 @@
 #include <string_view>
 #include <vector>
 
-#include "core/attention.h"
-#include "core/gated_delta.h"
-#include "core/trace_program.h"
-#include "core/trace_runner.h"
+#include "kernels/attention.h"
+#include "kernels/gated_delta.h"
+#include "trace/program.h"
+#include "trace/runner.h"
 #include "fuzz/differential.h"
 #include "fuzz/known_issues.h"
 #include "hwy/targets.h"

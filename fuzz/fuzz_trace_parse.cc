@@ -7,7 +7,7 @@
 // a bounded amount of storage and attention work), it also runs with
 // kvspec::trace::RunProgram under a small storage budget, so the runner
 // meets arbitrary programs: odd ids, empty groups, stray refusals, names.
-// When the model (fuzz/model.h) covers the program, the two must agree as in
+// When the model (testing/trace_model.h) covers the program, the two must agree as in
 // fuzz_layout_ops; a difference prints both and traps. When it does not
 // (`expect out`), or the program has an ssm layer (whose values and states
 // the model cannot compute), the Highway kernels must also agree with the
@@ -21,10 +21,10 @@
 #include <string>
 #include <string_view>
 
-#include "core/trace_program.h"
+#include "trace/program.h"
 #include "fuzz/differential.h"
 #include "fuzz/known_issues.h"
-#include "fuzz/model.h"
+#include "testing/trace_model.h"
 
 namespace {
 

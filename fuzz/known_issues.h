@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "core/trace_program.h"
+#include "trace/program.h"
 
 namespace kvspec::fuzz {
 

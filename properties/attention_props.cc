@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "core/attention.h"
+#include "kernels/attention.h"
 #include "core/kv_cache.h"
 #include "core/mask.h"
-#include "core/values.h"
-#include "properties/targets.h"
+#include "trace/values.h"
+#include "testing/target_scope.h"
 
 namespace kvspec {
 namespace {

@@ -38,13 +38,13 @@
 #include <string>
 #include <vector>
 
-#include "core/attention.h"
+#include "kernels/attention.h"
 #include "core/kv_cache.h"
 #include "core/layout.h"
 #include "core/mask.h"
 #include "core/ssm_cache.h"
-#include "core/trace_runner.h"
-#include "core/values.h"
+#include "trace/runner.h"
+#include "trace/values.h"
 #include "properties/regression_writer.h"
 
 namespace kvspec {

@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "core/batch.h"
-#include "core/codec.h"
+#include "core/codec/codec.h"
 #include "core/layout.h"
-#include "core/trace_runner.h"
-#include "core/values.h"
+#include "trace/runner.h"
+#include "trace/values.h"
 
 namespace kvspec {
 namespace {

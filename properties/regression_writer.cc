@@ -11,8 +11,8 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "core/trace_runner.h"
-#include "properties/values_oracle.h"
+#include "trace/runner.h"
+#include "testing/values_oracle.h"
 
 #ifndef KVSPEC_SOURCE_DIR
 #error "KVSPEC_SOURCE_DIR (the source tree) must be defined"

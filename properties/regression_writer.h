@@ -10,7 +10,7 @@
 // the last case that failed is kept; RapidCheck's shrinking ends with the
 // minimal failing case, so after the property has failed that recording is
 // the shrunk case. The writer then adds `expect out` lines computed by the
-// independent double-precision oracle (properties/values_oracle.h), writes
+// independent double-precision oracle (testing/values_oracle.h), writes
 // the file with a comment naming the property, the seed and the
 // RC_PARAMS reproduce string, runs it once through the trace runner of this
 // build (a trace that exits 0 here reproduces nothing: the writer says so)

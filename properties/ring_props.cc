@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "core/layout.h"
-#include "core/trace_runner.h"
-#include "core/values.h"
+#include "trace/runner.h"
+#include "trace/values.h"
 #include "properties/regression_writer.h"
 
 namespace kvspec {

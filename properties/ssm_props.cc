@@ -22,11 +22,11 @@
 #include <string>
 #include <vector>
 
-#include "core/conv1d.h"
-#include "core/gated_delta.h"
+#include "kernels/conv1d.h"
+#include "kernels/gated_delta.h"
 #include "core/ssm_cache.h"
-#include "core/values.h"
-#include "properties/targets.h"
+#include "trace/values.h"
+#include "testing/target_scope.h"
 
 namespace kvspec {
 namespace {

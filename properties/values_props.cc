@@ -31,10 +31,10 @@
 #include <string>
 #include <vector>
 
-#include "core/trace_program.h"
-#include "core/trace_runner.h"
-#include "properties/targets.h"
-#include "properties/values_oracle.h"
+#include "trace/program.h"
+#include "trace/runner.h"
+#include "testing/target_scope.h"
+#include "testing/values_oracle.h"
 
 namespace kvspec {
 namespace {

@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "core/attention.h"
+#include "kernels/attention.h"
 #include "core/kv_cache.h"
 #include "core/mask.h"
 

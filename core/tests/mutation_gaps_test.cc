@@ -3,7 +3,7 @@
 // that survived the whole harness. They test behaviour, not the mutants.
 //
 // Codec: damaged bytes are built by encoding a real cache and changing one
-// field at an offset the test computes from the format (core/codec.h) and
+// field at an offset the test computes from the format (core/codec/codec.h) and
 // checks before changing it, so a format change fails here loudly instead
 // of testing something else.
 #include <gtest/gtest.h>
@@ -19,12 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "core/codec.h"
+#include "core/codec/codec.h"
 #include "core/kv_cache.h"
 #include "core/layout.h"
 #include "core/ssm_cache.h"
-#include "core/trace_program.h"
-#include "core/trace_runner.h"
+#include "trace/program.h"
+#include "trace/runner.h"
 
 namespace kvspec {
 namespace {

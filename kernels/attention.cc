@@ -1,5 +1,5 @@
 // Attention kernels: Highway version (per target) and scalar reference.
-#include "core/attention.h"
+#include "kernels/attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "core/attention.cc"
+#define HWY_TARGET_INCLUDE "kernels/attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "hwy/cache_control.h"

@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "core/trace_program.h"
+#include "trace/program.h"
 
 namespace kvspec::fuzz {
 

@@ -1,11 +1,11 @@
 // Causal conv1d step: Highway version (per target) and scalar reference.
-#include "core/conv1d.h"
+#include "kernels/conv1d.h"
 
 #include <cmath>
 #include <cstring>
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "core/conv1d.cc"
+#define HWY_TARGET_INCLUDE "kernels/conv1d.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 

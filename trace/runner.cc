@@ -1,4 +1,4 @@
-#include "core/trace_runner.h"
+#include "trace/runner.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,8 +13,8 @@
 #include <sstream>
 #include <tuple>
 
-#include "core/codec.h"
-#include "core/values.h"
+#include "core/codec/codec.h"
+#include "trace/values.h"
 
 namespace kvspec::trace {
 

@@ -22,8 +22,8 @@
 
 #include <cstdint>
 
-#include "core/kv_cache.h"
-#include "core/mask.h"
+#include "kernels/kv_view.h"
+#include "kernels/mask.h"
 
 namespace kvspec {
 

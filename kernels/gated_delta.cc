@@ -1,10 +1,10 @@
 // Gated delta rule: Highway version (per target) and scalar reference.
-#include "core/gated_delta.h"
+#include "kernels/gated_delta.h"
 
 #include <cmath>
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "core/gated_delta.cc"
+#define HWY_TARGET_INCLUDE "kernels/gated_delta.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
@@ -50,7 +50,7 @@ void PrepareQueryKeyImpl(const float* HWY_RESTRICT q_raw, const float* HWY_RESTR
 //   update: row = MulAdd(delta, k, row) (tail: row[j] + delta * k[j]),
 //           stored, and y accumulated from row * q like m.
 // The same sequence for every row, token, batch and call pattern (and the
-// same as the kernel before, bit for bit: core/tests/kernels_test.cc keeps
+// same as the kernel before, bit for bit: kernels/kernels_test.cc keeps
 // that one as its oracle). The decayed row is not stored and reloaded: the
 // second pass recomputes g * in (the same product, so the same bits), which
 // saves a store per vector and is safe in place because the first pass

@@ -1,4 +1,4 @@
-// Unit tests of the persistence codecs (core/codec.h) on hostile input:
+// Unit tests of the persistence codecs (core/codec/codec.h) on hostile input:
 // layouts of every kind, in the states the trace runner reaches (wrapped
 // rings, armed and verified rounds, bypass-trim bounds, padding), are
 // encoded, then
@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "core/codec.h"
+#include "core/codec/codec.h"
 #include "core/layout.h"
-#include "core/trace_runner.h"
+#include "trace/runner.h"
 
 namespace kvspec {
 namespace {

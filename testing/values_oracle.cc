@@ -1,6 +1,6 @@
 // The double-precision oracle of values_oracle.h. Everything here follows
 // TRACE.md's "Values" section line by line; nothing is shared with core/.
-#include "properties/values_oracle.h"
+#include "testing/values_oracle.h"
 
 #include <algorithm>
 #include <cmath>

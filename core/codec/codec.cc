@@ -1,4 +1,4 @@
-#include "core/codec.h"
+#include "core/codec/codec.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/conv1d.h"
+#include "kernels/conv1d.h"
 #include "core/kv_cache.h"
 #include "core/ssm_cache.h"
 

@@ -19,7 +19,7 @@
 
 #include "core/kv_cache.h"
 #include "core/layout.h"
-#include "core/trace_program.h"
+#include "trace/program.h"
 
 namespace kvspec::trace {
 

@@ -90,7 +90,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/trace_program.h"
+#include "trace/program.h"
 
 namespace kvspec::trace {
 namespace {

@@ -24,11 +24,11 @@
 #include <string>
 #include <vector>
 
-#include "core/conv1d.h"
-#include "core/gated_delta.h"
+#include "kernels/conv1d.h"
+#include "kernels/gated_delta.h"
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "core/tests/kernels_test.cc"
+#define HWY_TARGET_INCLUDE "kernels/kernels_test.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
@@ -94,7 +94,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <gtest/gtest.h>
 
-#include "properties/targets.h"
+#include "testing/target_scope.h"
 
 namespace kvspec_test_old {
 HWY_EXPORT(OldGatedDeltaStepImpl);

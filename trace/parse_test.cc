@@ -1,4 +1,4 @@
-// Unit tests of the trace parser (core/trace_parse.cc, ../shared/TRACE.md).
+// Unit tests of the trace parser (trace/parse.cc, ../shared/TRACE.md).
 #include <cstdint>
 #include <random>
 #include <string>
@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/trace_program.h"
+#include "trace/program.h"
 
 namespace kvspec::trace {
 namespace {

@@ -1,0 +1,65 @@
+// What the attention kernel reads: one layer's stored keys and values in
+// physical slot order (KvView), and the bf16 <-> fp32 conversions of its
+// bf16 storage option. Plain types only; no cache code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace kvspec {
+
+// bfloat16 <-> fp32. Bf16ToFloat is exact; FloatToBf16 rounds to nearest
+// even (NaN stays NaN).
+inline float Bf16ToFloat(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+inline uint16_t FloatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// Read access to one attention layer's stored keys and values, in physical
+// slot order, for the kernels and for inspection.
+struct KvView {
+  const float* k = nullptr;  // [rows][kv_heads][capacity][dim]
+  const float* v = nullptr;  // [rows][kv_heads][capacity][dim]
+  // bfloat16 storage (the upper 16 bits of an fp32), same shape and strides:
+  // when k_bf16 is set the kernels read k_bf16 and v_bf16 instead of k and v.
+  // The caches of this library store fp32; a view over bf16 arrays lets an
+  // engine (and the benchmarks) run the same kernels over half the bytes.
+  const uint16_t* k_bf16 = nullptr;
+  const uint16_t* v_bf16 = nullptr;
+  size_t head_stride = 0;    // capacity * dim
+  size_t row_stride = 0;     // kv_heads * capacity * dim
+  int rows = 0;
+  int kv_heads = 0;
+  int dim = 0;
+  const int32_t* slot_pos = nullptr;  // [rows][slot_stride]; -1: no token
+  size_t slot_stride = 0;
+  int32_t slots = 0;  // physical slots per row
+  int32_t first_slot = 0;  // slot of the oldest held column: logical order
+                           // is first_slot .. slots-1, then 0 .. first_slot-1
+
+  const float* Key(int row, int head, int32_t slot) const {
+    return k + row * row_stride + head * head_stride + static_cast<size_t>(slot) * dim;
+  }
+  const float* Value(int row, int head, int32_t slot) const {
+    return v + row * row_stride + head * head_stride + static_cast<size_t>(slot) * dim;
+  }
+  bool bf16() const { return k_bf16 != nullptr; }
+  const uint16_t* KeyBf16(int row, int head, int32_t slot) const {
+    return k_bf16 + row * row_stride + head * head_stride + static_cast<size_t>(slot) * dim;
+  }
+  const uint16_t* ValueBf16(int row, int head, int32_t slot) const {
+    return v_bf16 + row * row_stride + head * head_stride + static_cast<size_t>(slot) * dim;
+  }
+};
+
+}  // namespace kvspec
