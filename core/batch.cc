@@ -10,23 +10,16 @@ namespace kvspec {
 namespace {
 
 // Classifies a cache by its kind string; anything unknown is refused.
-enum class Family { kPlain, kRing, kRecurrent };
-
-Status FamilyOf(const Cache& cache, Family* family) {
+Status KindOf(const Cache& cache, CacheKind* cache_kind) {
   const std::string kind = cache.kind();
-  if (IsPlainKvCache(kind)) {
-    *family = Family::kPlain;
-  } else if (IsRotatingCache(kind)) {
-    *family = Family::kRing;
-  } else if (IsRecurrentCache(kind)) {
-    *family = Family::kRecurrent;
-  } else {
+  bool batched = false;
+  if (!ParseKindString(kind, cache_kind, &batched)) {
     return Status::Error("unknown cache kind '" + kind + "': refused");
   }
   // The kind must match the object: a kind string is not a type.
   const bool is_store = dynamic_cast<const ColumnStore*>(&cache) != nullptr;
   const bool is_ssm = dynamic_cast<const SsmCacheBase*>(&cache) != nullptr;
-  if ((*family == Family::kRecurrent && !is_ssm) || (*family != Family::kRecurrent && !is_store)) {
+  if ((*cache_kind == CacheKind::kSsm && !is_ssm) || (*cache_kind != CacheKind::kSsm && !is_store)) {
     return Status::Error("cache of kind '" + kind + "' is not what its kind says: refused");
   }
   return Status::Ok();
@@ -40,16 +33,16 @@ Status NotArmed(const Cache& cache) {
   return Status::Ok();
 }
 
-// Rows (cache, row) gathered into one cache of the given family.
+// Rows (cache, row) gathered into one cache of the given cache_kind.
 struct Source {
   const Cache* cache;
   int row;
 };
 
-Status Gather(Family family, bool batched, const std::vector<Source>& rows, int64_t columns,
+Status Gather(CacheKind cache_kind, bool batched, const std::vector<Source>& rows, int64_t columns,
               std::unique_ptr<Cache>* out) {
   const int n = static_cast<int>(rows.size());
-  if (family == Family::kRecurrent) {
+  if (cache_kind == CacheKind::kSsm) {
     const auto& first = static_cast<const SsmCacheBase&>(*rows[0].cache);
     std::unique_ptr<SsmCacheBase> c = NewSsmCache(batched, n, first.shape());
     std::vector<SsmCacheBase::RowSource> src;
@@ -80,8 +73,8 @@ Status Gather(Family family, bool batched, const std::vector<Source>& rows, int6
 
 Status FilterRows(const Cache& cache, const std::vector<int32_t>& rows,
                   std::unique_ptr<Cache>* out) {
-  Family family;
-  KVSPEC_RETURN_IF_ERROR(FamilyOf(cache, &family));
+  CacheKind cache_kind;
+  KVSPEC_RETURN_IF_ERROR(KindOf(cache, &cache_kind));
   KVSPEC_RETURN_IF_ERROR(NotArmed(cache));
   if (rows.empty()) return Status::Error("filter needs at least one row");
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -95,7 +88,7 @@ Status FilterRows(const Cache& cache, const std::vector<int32_t>& rows,
   }
   std::vector<Source> src;
   for (int32_t r : rows) src.push_back({&cache, r});
-  return Gather(family, IsBatchedCache(cache.kind()), src, cache.columns(), out);
+  return Gather(cache_kind, IsBatchedCache(cache.kind()), src, cache.columns(), out);
 }
 
 Status JoinRows(const Cache& a, const Cache& b, std::unique_ptr<Cache>* out) {
@@ -103,16 +96,16 @@ Status JoinRows(const Cache& a, const Cache& b, std::unique_ptr<Cache>* out) {
 }
 
 Status ExtractRow(const Cache& cache, int32_t row, std::unique_ptr<Cache>* out) {
-  Family family;
-  KVSPEC_RETURN_IF_ERROR(FamilyOf(cache, &family));
+  CacheKind cache_kind;
+  KVSPEC_RETURN_IF_ERROR(KindOf(cache, &cache_kind));
   KVSPEC_RETURN_IF_ERROR(NotArmed(cache));
   if (row < 0 || row >= cache.rows()) {
     return Status::Error("extract: no row " + std::to_string(row) + " (the batch has " +
                          std::to_string(cache.rows()) + ")");
   }
-  if (family == Family::kRecurrent) {
+  if (cache_kind == CacheKind::kSsm) {
     const int64_t count = cache.positions()[row];
-    return Gather(family, false, {{&cache, row}}, count, out);
+    return Gather(cache_kind, false, {{&cache, row}}, count, out);
   }
   const auto& store = static_cast<const ColumnStore&>(cache);
   std::unique_ptr<ColumnStore> c = NewColumnStore(false, 1, store.kvHeads(), store.headDim(),
@@ -124,20 +117,20 @@ Status ExtractRow(const Cache& cache, int32_t row, std::unique_ptr<Cache>* out) 
 
 Status MergeRows(const std::vector<const Cache*>& caches, std::unique_ptr<Cache>* out) {
   if (caches.empty()) return Status::Error("merge needs at least one cache");
-  Family family;
-  KVSPEC_RETURN_IF_ERROR(FamilyOf(*caches[0], &family));
+  CacheKind cache_kind;
+  KVSPEC_RETURN_IF_ERROR(KindOf(*caches[0], &cache_kind));
   std::vector<Source> src;
   int64_t columns = 0;
   for (const Cache* c : caches) {
-    Family f;
-    KVSPEC_RETURN_IF_ERROR(FamilyOf(*c, &f));
+    CacheKind other;
+    KVSPEC_RETURN_IF_ERROR(KindOf(*c, &other));
     KVSPEC_RETURN_IF_ERROR(NotArmed(*c));
-    if (f != family) {
+    if (other != cache_kind) {
       return Status::Error("cannot join a " + c->kind() + " cache with a " +
                            caches[0]->kind() + " cache");
     }
     const bool same =
-        family == Family::kRecurrent
+        cache_kind == CacheKind::kSsm
             ? static_cast<const SsmCacheBase*>(c)->SameShape(
                   *static_cast<const SsmCacheBase*>(caches[0]))
             : static_cast<const ColumnStore*>(c)->SameShape(
@@ -146,7 +139,7 @@ Status MergeRows(const std::vector<const Cache*>& caches, std::unique_ptr<Cache>
     for (int r = 0; r < c->rows(); ++r) src.push_back({c, r});
     columns = std::max(columns, c->columns());
   }
-  return Gather(family, true, src, columns, out);
+  return Gather(cache_kind, true, src, columns, out);
 }
 
 }  // namespace kvspec

@@ -2,21 +2,25 @@
 
 namespace kvspec {
 
-bool IsPlainKvCache(std::string_view kind) {
-  return kind == kKindKv || kind == kKindBatchedKv;
+namespace {
+// Whether `text` is a kind string of `kind` (batched or not).
+bool IsKind(std::string_view text, CacheKind kind) {
+  CacheKind k = CacheKind::kKv;
+  bool batched = false;
+  return ParseKindString(text, &k, &batched) && k == kind;
 }
-bool IsRotatingCache(std::string_view kind) {
-  return kind == kKindRotating || kind == kKindBatchedRotating;
-}
-bool IsRecurrentCache(std::string_view kind) {
-  return kind == kKindSsm || kind == kKindBatchedSsm;
-}
+}  // namespace
+
+bool IsPlainKvCache(std::string_view kind) { return IsKind(kind, CacheKind::kKv); }
+bool IsRotatingCache(std::string_view kind) { return IsKind(kind, CacheKind::kRotating); }
+bool IsRecurrentCache(std::string_view kind) { return IsKind(kind, CacheKind::kSsm); }
 bool IsAttentionCache(std::string_view kind) {
   return IsPlainKvCache(kind) || IsRotatingCache(kind);
 }
 bool IsBatchedCache(std::string_view kind) {
-  return kind == kKindBatchedKv || kind == kKindBatchedRotating ||
-         kind == kKindBatchedSsm;
+  CacheKind k = CacheKind::kKv;
+  bool batched = false;
+  return ParseKindString(kind, &k, &batched) && batched;
 }
 
 ForwardColumns ForwardColumns::Dense(int rows, int32_t columns, bool decode) {

@@ -15,19 +15,13 @@
 #include <string_view>
 #include <vector>
 
+#include "core/kind.h"
 #include "core/status.h"
 
 namespace kvspec {
 
-// ---------------------------------------------------------------------------
-// Kinds. Stable strings; see README "Cache kinds". Predicates compare
-// strings and fail closed: anything not listed is not capable.
-inline constexpr std::string_view kKindKv = "kv";
-inline constexpr std::string_view kKindBatchedKv = "batched_kv";
-inline constexpr std::string_view kKindRotating = "rotating";
-inline constexpr std::string_view kKindBatchedRotating = "batched_rotating";
-inline constexpr std::string_view kKindSsm = "ssm";
-inline constexpr std::string_view kKindBatchedSsm = "batched_ssm";
+// Capability predicates on kind strings (core/kind.h): they fail closed,
+// anything not listed is not capable.
 
 bool IsPlainKvCache(std::string_view kind);      // kv, batched_kv
 bool IsRotatingCache(std::string_view kind);     // rotating, batched_rotating

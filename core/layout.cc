@@ -24,8 +24,8 @@ Status Layout::Create(int rows, std::vector<LayerConfig> layers,
   layout->rows_ = rows;
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerConfig& c = layers[i];
-    switch (c.type) {
-      case LayerType::kKv: {
+    switch (c.kind) {
+      case CacheKind::kKv: {
         if (c.heads < 1 || c.dim < 1 || c.window < 0 || c.QueryHeads() % c.heads != 0) {
           return Status::Error(LayerName(c, i) + ": bad shape (heads " +
                                std::to_string(c.heads) + ", query heads " +
@@ -41,7 +41,7 @@ Status Layout::Create(int rows, std::vector<LayerConfig> layers,
         }
         break;
       }
-      case LayerType::kRotating: {
+      case CacheKind::kRotating: {
         const int32_t capacity = c.capacity ? c.capacity : c.window;
         if (c.heads < 1 || c.dim < 1 || c.window < 1 || capacity < c.window ||
             c.QueryHeads() % c.heads != 0) {
@@ -59,7 +59,7 @@ Status Layout::Create(int rows, std::vector<LayerConfig> layers,
         }
         break;
       }
-      case LayerType::kSsm: {
+      case CacheKind::kSsm: {
         SsmShape shape;
         shape.value_heads = c.heads;
         shape.key_heads = c.kheads ? c.kheads : c.heads;
@@ -315,7 +315,7 @@ Status Layout::Accept(const std::vector<int32_t>& keep) {
 namespace {
 
 bool SameLayer(const LayerConfig& a, const LayerConfig& b) {
-  return a.name == b.name && a.type == b.type && a.heads == b.heads &&
+  return a.name == b.name && a.kind == b.kind && a.heads == b.heads &&
          a.QueryHeads() == b.QueryHeads() && a.dim == b.dim && a.window == b.window &&
          a.capacity == b.capacity && a.kheads == b.kheads && a.dk == b.dk && a.dv == b.dv &&
          a.conv == b.conv;

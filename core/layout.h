@@ -16,31 +16,13 @@
 #include "kernels/attention.h"
 #include "core/cache.h"
 #include "core/kv_cache.h"
+#include "core/layer_config.h"
 #include "core/mask.h"
 #include "core/ssm_cache.h"
 #include "core/status.h"
 
 namespace kvspec {
 
-enum class LayerType { kKv, kRotating, kSsm };
-
-struct LayerConfig {
-  std::string name;
-  LayerType type = LayerType::kKv;
-  // Attention layers.
-  int heads = 1;            // KV heads
-  int q_heads = 0;          // query heads, a multiple of heads; 0: = heads
-  int dim = 4;
-  int32_t window = kNoWindow;
-  int32_t capacity = 0;     // rotating: ring capacity (>= window)
-  // Recurrent layers.
-  int kheads = 0;
-  int dk = 4;
-  int dv = 4;
-  int conv = 4;
-
-  int QueryHeads() const { return q_heads ? q_heads : heads; }
-};
 
 // One layer's inputs and outputs for a forward of L columns: q/k/v/out for
 // an attention layer, ssm for a recurrent one.

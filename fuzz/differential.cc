@@ -154,8 +154,8 @@ bool SameOutLine(const std::string& fast, const std::string& ref, std::string* p
 }  // namespace
 
 Cost EstimateCost(const trace::Program& program) {
-  using trace::LayerDecl;
-  using trace::LayerKind;
+  
+  
   using trace::Op;
   using trace::Statement;
   double columns = 0;  // every column ever written, per row
@@ -168,8 +168,8 @@ Cost EstimateCost(const trace::Program& program) {
     if (st.op == Op::kJoin) layouts *= 2;  // joins can double a batch
   }
   double bytes_per_column = 0, state_bytes = 0, lanes = 0;
-  for (const LayerDecl& d : program.layers) {
-    if (d.kind == LayerKind::kSsm) {
+  for (const LayerConfig& d : program.layers) {
+    if (d.kind == CacheKind::kSsm) {
       state_bytes += 4.0 * d.heads * (d.dv * d.dk + 1) + 4.0 * d.conv * (2 * d.kheads * d.dk + d.heads * d.dv);
       lanes += double(d.heads) * d.dv * d.dk;
     } else {

@@ -24,7 +24,7 @@ using kvspec::AttentionIO;
 using kvspec::ForwardColumns;
 using kvspec::Layout;
 using kvspec::LayerConfig;
-using kvspec::LayerType;
+using kvspec::CacheKind;
 using kvspec::Status;
 
 void Check(bool ok, const char* what) {
@@ -49,7 +49,7 @@ Status Forward(Layout& layout, const ForwardColumns& cols, int salt) {
   std::vector<AttentionIO> io(layout.size());
   for (size_t l = 0; l < layout.size(); ++l) {
     const LayerConfig& cfg = layout.config(l);
-    const bool ssm = cfg.type == LayerType::kSsm;
+    const bool ssm = cfg.kind == CacheKind::kSsm;
     const size_t C = ssm ? Channels(cfg) : static_cast<size_t>(cfg.heads) * cfg.dim;
     const size_t g = ssm ? static_cast<size_t>(cfg.heads) : C;
     a[l].assign(rows * L * C, kvspec::trace::ContentIndex::PadValue());
@@ -171,12 +171,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         c.window = in.ConsumeIntegralInRange<int32_t>(1, 5);
         break;
       case 2:
-        c.type = LayerType::kRotating;
+        c.kind = CacheKind::kRotating;
         c.window = in.ConsumeIntegralInRange<int32_t>(1, 5);
         c.capacity = c.window + in.ConsumeIntegralInRange<int32_t>(0, 3);
         break;
       case 3:
-        c.type = LayerType::kSsm;
+        c.kind = CacheKind::kSsm;
         c.kheads = 1;
         c.dk = in.ConsumeIntegralInRange(1, 4);
         c.dv = in.ConsumeIntegralInRange(1, 4);

@@ -928,8 +928,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  ModelAnnotatedTrace(program).c_str());
   }
   bool has_ssm = false;
-  for (const kvspec::trace::LayerDecl& d : program.layers) {
-    has_ssm = has_ssm || d.kind == kvspec::trace::LayerKind::kSsm;
+  for (const kvspec::LayerConfig& d : program.layers) {
+    has_ssm = has_ssm || d.kind == kvspec::CacheKind::kSsm;
   }
   // With a recurrent layer, values on: the same run serves the model (which
   // ignores `out` lines and state hashes) and the kernel comparison.

@@ -50,7 +50,7 @@ namespace {
 
 using kvspec::fuzz::SplitLines;
 
-using kvspec::trace::LayerKind;
+using kvspec::CacheKind;
 using kvspec::trace::Op;
 using kvspec::trace::Program;
 using kvspec::trace::Statement;
@@ -92,7 +92,7 @@ TargetRun RunOn(const Program& program, int64_t target) {
 // must then match exactly).
 double LayerTolerance(const Program& program, int layer) {
   if (layer < 0 || static_cast<size_t>(layer) >= program.layers.size()) return 0;
-  return program.layers[static_cast<size_t>(layer)].kind == LayerKind::kSsm
+  return program.layers[static_cast<size_t>(layer)].kind == CacheKind::kSsm
              ? double{kvspec::kGatedDeltaTolerance}
              : double{kvspec::kAttentionTolerance};
 }

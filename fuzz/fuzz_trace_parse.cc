@@ -91,8 +91,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   const kvspec::fuzz::ModelOutcome model = kvspec::fuzz::RunModel(program);
   bool has_ssm = false;
-  for (const kvspec::trace::LayerDecl& d : program.layers) {
-    has_ssm = has_ssm || d.kind == kvspec::trace::LayerKind::kSsm;
+  for (const kvspec::LayerConfig& d : program.layers) {
+    has_ssm = has_ssm || d.kind == kvspec::CacheKind::kSsm;
   }
   // Values on when they are compared with the reference kernels; the model
   // comparison ignores `out` lines.

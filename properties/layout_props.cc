@@ -791,10 +791,10 @@ std::unique_ptr<Layout> BuildLayout(const Config& c) {
   for (size_t l = 0; l < c.layers.size(); ++l) {
     LayerConfig lc;
     lc.name = "l" + std::to_string(l);
-    lc.type = c.layers[l].ring() ? LayerType::kRotating : LayerType::kKv;
+    lc.kind = c.layers[l].ring() ? CacheKind::kRotating : CacheKind::kKv;
     lc.capacity = c.layers[l].capacity;
     if (c.layers[l].recurrent) {
-      lc.type = LayerType::kSsm;
+      lc.kind = CacheKind::kSsm;
       lc.kheads = c.layers[l].heads / c.layers[l].group;
       lc.dk = c.layers[l].dk;
       lc.dv = c.layers[l].dv;
@@ -840,10 +840,10 @@ bool SeedConfig(const trace::Program& p, Config* cfg) {
   if (p.rows > 8 || p.layers.size() > 6) return false;
   cfg->rows = p.rows;
   cfg->layers.clear();
-  for (const trace::LayerDecl& d : p.layers) {
+  for (const LayerConfig& d : p.layers) {
     LayerShape s;
     s.heads = d.heads;
-    if (d.kind == trace::LayerKind::kSsm) {
+    if (d.kind == CacheKind::kSsm) {
       if (d.heads > 8 || d.dk > 32 || d.dv > 32 || d.conv > 8 || d.kheads < 1) return false;
       s.recurrent = true;
       s.group = d.heads / d.kheads;
@@ -854,7 +854,7 @@ bool SeedConfig(const trace::Program& p, Config* cfg) {
       if (d.heads > 8 || d.dim > 64 || d.window > 256 || d.capacity > 256) return false;
       s.dim = d.dim;
       s.window = d.window > 0 ? d.window : kNoWindow;
-      if (d.kind == trace::LayerKind::kRotating) s.capacity = d.capacity;
+      if (d.kind == CacheKind::kRotating) s.capacity = d.capacity;
     }
     cfg->layers.push_back(s);
   }

@@ -46,12 +46,12 @@ rc::Gen<std::vector<LayerConfig>> GenLayers() {
       c.dim = *rc::gen::inRange(1, 9);
       if (kind == 1) c.window = *rc::gen::inRange<int32_t>(1, 6);
       if (kind == 2) {
-        c.type = LayerType::kRotating;
+        c.kind = CacheKind::kRotating;
         c.window = *rc::gen::inRange<int32_t>(1, 6);
         c.capacity = c.window + *rc::gen::inRange<int32_t>(0, 3);
       }
       if (kind == 3) {
-        c.type = LayerType::kSsm;
+        c.kind = CacheKind::kSsm;
         c.kheads = 1;
         c.heads = *rc::gen::inRange(1, 3);
         c.dk = *rc::gen::inRange(1, 6);
@@ -67,7 +67,7 @@ rc::Gen<std::vector<LayerConfig>> GenLayers() {
 std::string Describe(const std::vector<LayerConfig>& layers) {
   std::ostringstream os;
   for (const LayerConfig& c : layers) {
-    os << "layer " << c.name << " type " << static_cast<int>(c.type) << " heads " << c.heads
+    os << "layer " << c.name << " type " << static_cast<int>(c.kind) << " heads " << c.heads
        << " dim " << c.dim << " window " << c.window << " capacity " << c.capacity << " dk "
        << c.dk << " dv " << c.dv << " conv " << c.conv << "\n";
   }
@@ -98,7 +98,7 @@ class Driver {
  public:
   explicit Driver(std::vector<LayerConfig> layers) : layers_(std::move(layers)) {
     for (size_t l = 0; l < layers_.size(); ++l) {
-      if (layers_[l].type == LayerType::kSsm) {
+      if (layers_[l].kind == CacheKind::kSsm) {
         weights_.push_back(ContentIndex::ConvWeights(static_cast<int>(l), Channels(layers_[l]),
                                                      static_cast<size_t>(layers_[l].conv)));
       } else {
@@ -123,7 +123,7 @@ class Driver {
     auto id_of = [&](int32_t pos) { return static_cast<int32_t>((pos + id_salt) % 100000); };
     for (size_t l = 0; l < nl; ++l) {
       const LayerConfig& cfg = layers_[l];
-      if (cfg.type == LayerType::kSsm) {
+      if (cfg.kind == CacheKind::kSsm) {
         const size_t C = Channels(cfg), hv = static_cast<size_t>(cfg.heads);
         a[l].assign(rows * L * C, ContentIndex::PadValue());
         b[l].assign(rows * L * hv, ContentIndex::PadValue());
@@ -286,8 +286,8 @@ RC_GTEST_PROP(LifecycleProps, ExtractThenMergeReturnsTheRows, ()) {
     // while it holds at most its capacity.
     for (size_t l = 0; l < layers.size(); ++l) {
       const LayerConfig& c = layers[l];
-      const bool trimmable = c.type == LayerType::kKv ||
-                             (c.type == LayerType::kRotating &&
+      const bool trimmable = c.kind == CacheKind::kKv ||
+                             (c.kind == CacheKind::kRotating &&
                               one->positions()[0] <= (c.capacity ? c.capacity : c.window));
       RC_ASSERT(one->cache(l).isTrimmable() == trimmable);
     }

@@ -89,7 +89,7 @@ class RingRun {
       : rows_(rows), heads_(heads), dim_(dim) {
     LayerConfig c;
     c.name = "ring";
-    c.type = capacity ? LayerType::kRotating : LayerType::kKv;
+    c.kind = capacity ? CacheKind::kRotating : CacheKind::kKv;
     c.heads = heads;
     c.dim = dim;
     c.window = window;

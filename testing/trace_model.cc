@@ -16,8 +16,6 @@
 namespace kvspec::fuzz {
 namespace {
 
-using trace::LayerDecl;
-using trace::LayerKind;
 using trace::Op;
 using trace::Program;
 using trace::SeenItem;
@@ -133,8 +131,8 @@ class Model {
   explicit Model(const Program& program) : program_(program) {}
 
   ModelOutcome Run() {
-    for (const LayerDecl& layer : program_.layers) {
-      has_ssm_ = has_ssm_ || layer.kind == LayerKind::kSsm;
+    for (const LayerConfig& layer : program_.layers) {
+      has_ssm_ = has_ssm_ || layer.kind == CacheKind::kSsm;
     }
     LayoutState main;
     main.rows.resize(static_cast<size_t>(program_.rows));
@@ -169,12 +167,11 @@ class Model {
   LayoutState& Cur() { return layouts_[current_]; }
   int Rows() { return static_cast<int>(Cur().rows.size()); }
 
-
-  static bool IsSsm(const LayerDecl& layer) { return layer.kind == LayerKind::kSsm; }
+  static bool IsSsm(const LayerConfig& layer) { return layer.kind == CacheKind::kSsm; }
 
   // A ring whose columns ever exceeded its capacity (precise rule 1).
-  static bool Wrapped(const LayerDecl& layer, const LayoutState& s) {
-    return layer.kind == LayerKind::kRotating && s.peak > layer.capacity;
+  static bool Wrapped(const LayerConfig& layer, const LayoutState& s) {
+    return layer.kind == CacheKind::kRotating && s.peak > layer.capacity;
   }
 
   void Failed(const Statement& st) {
@@ -230,20 +227,20 @@ class Model {
         return ExpectEqual(st);
       case Op::kExpectTrimmable: {
         // A kv layer always is; a ring until it wraps; an ssm layer never.
-        const LayerDecl& layer = program_.layers[static_cast<size_t>(st.layer)];
+        const LayerConfig& layer = program_.layers[static_cast<size_t>(st.layer)];
         if (st.yes == (IsSsm(layer) || Wrapped(layer, Cur()))) Failed(st);
         return Result::Done();
       }
       case Op::kExpectKind: {
         const std::string base =
-            trace::LayerKindName(program_.layers[static_cast<size_t>(st.layer)].kind);
+            std::string(KindName(program_.layers[static_cast<size_t>(st.layer)].kind));
         if (st.kind_string != (Cur().batched ? "batched_" + base : base)) Failed(st);
         return Result::Done();
       }
       case Op::kExpectBytesPerToken: {
         // kv heads * (key dim + value dim) * sizeof(float); 0 for a
         // recurrent layer (its state does not grow).
-        const LayerDecl& d = program_.layers[static_cast<size_t>(st.layer)];
+        const LayerConfig& d = program_.layers[static_cast<size_t>(st.layer)];
         if (st.bytes != (IsSsm(d) ? 0 : int64_t{d.heads} * 2 * d.dim * 4)) Failed(st);
         return Result::Done();
       }
@@ -316,7 +313,7 @@ class Model {
     s.has_last_forward = true;
     s.last_forward.clear();
     for (size_t l = 0; l < program_.layers.size(); ++l) {
-      const LayerDecl& layer = program_.layers[l];
+      const LayerConfig& layer = program_.layers[l];
       if (IsSsm(layer)) continue;
       for (size_t r = 0; r < rows; ++r) {
         const int32_t end = s.rows[r].Count();
@@ -339,7 +336,7 @@ class Model {
   // `state LAYER rR` per recurrent layer and row of the current layout, after
   // every forward and accept; the hash is the runner's business.
   void PrintStates() {
-    for (const LayerDecl& layer : program_.layers) {
+    for (const LayerConfig& layer : program_.layers) {
       if (!IsSsm(layer)) continue;
       for (size_t r = 0; r < Cur().rows.size(); ++r) {
         outcome_.out += "state " + layer.name + " r" + std::to_string(r) + "\n";
@@ -354,7 +351,7 @@ class Model {
     if (s.armed) return Result::Refused("trim while armed");
     if (has_ssm_) return Result::Refused("trim of a layout with an ssm layer");
     if (!st.bypass) {
-      for (const LayerDecl& layer : program_.layers) {
+      for (const LayerConfig& layer : program_.layers) {
         if (Wrapped(layer, s)) return Result::Refused("trim of a wrapped ring");
       }
     } else {
@@ -534,7 +531,7 @@ class Model {
     bool undecided = false;
     for (size_t r = 0; same && r < a.rows.size(); ++r) {
       const int32_t count = a.rows[r].Count();
-      for (const LayerDecl& layer : program_.layers) {
+      for (const LayerConfig& layer : program_.layers) {
         if (IsSsm(layer)) {
           const std::vector<SeenItem> ta = a.rows[r].Tokens(0, INT32_MAX);
           const std::vector<SeenItem> tb = b.rows[r].Tokens(0, INT32_MAX);
@@ -551,7 +548,7 @@ class Model {
           }
           continue;
         }
-        const int32_t from = layer.kind == LayerKind::kRotating
+        const int32_t from = layer.kind == CacheKind::kRotating
                                  ? count - std::min(count, layer.window - 1)
                                  : 0;
         same = same && a.rows[r].Tokens(from, INT32_MAX) == b.rows[r].Tokens(from, INT32_MAX);

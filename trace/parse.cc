@@ -137,15 +137,15 @@ struct Word {
   int col = 0;  // 1-based column of text[0]
 };
 
-// Layer keys: name, allowed kinds (bit per LayerKind), range.
+// Layer keys: name, allowed kinds (bit per CacheKind), range.
 struct LayerKey {
   const char* name;
   unsigned kinds;
   int lo, hi;
 };
-constexpr unsigned kKvBit = 1u << static_cast<int>(LayerKind::kKv);
-constexpr unsigned kRotatingBit = 1u << static_cast<int>(LayerKind::kRotating);
-constexpr unsigned kSsmBit = 1u << static_cast<int>(LayerKind::kSsm);
+constexpr unsigned kKvBit = 1u << static_cast<int>(CacheKind::kKv);
+constexpr unsigned kRotatingBit = 1u << static_cast<int>(CacheKind::kRotating);
+constexpr unsigned kSsmBit = 1u << static_cast<int>(CacheKind::kSsm);
 constexpr int kKeyHeads = 0, kKeyDim = 1, kKeyWindow = 2, kKeyCapacity = 3,
               kKeyKheads = 4, kKeyDk = 5, kKeyDv = 6, kKeyConv = 7,
               kNumLayerKeys = 8;
@@ -434,26 +434,19 @@ bool Parser::ParseLayerLine() {
     return Fail(keyword.col, "too many layers (at most " +
                                  std::to_string(kMaxLayers) + ")");
   }
-  LayerDecl layer;
-  layer.line = line_;
+  LayerConfig layer;
   if (!Need(1, "layer: expected a name")) return false;
   if (!ParseName(words_[1], "layer", &layer.name)) return false;
-  for (const LayerDecl& other : program_->layers) {
-    if (other.name == layer.name) {
+  for (size_t other = 0; other < program_->layers.size(); ++other) {
+    if (program_->layers[other].name == layer.name) {
       return Fail(words_[1].col, "duplicate layer name " +
                                      Quote(layer.name) + " (declared on line " +
-                                     std::to_string(other.line) + ")");
+                                     std::to_string(program_->layer_lines[other]) + ")");
     }
   }
   if (!Need(2, "layer: expected a kind (kv, rotating or ssm)")) return false;
   const Word& kind_word = words_[2];
-  if (kind_word.text == "kv") {
-    layer.kind = LayerKind::kKv;
-  } else if (kind_word.text == "rotating") {
-    layer.kind = LayerKind::kRotating;
-  } else if (kind_word.text == "ssm") {
-    layer.kind = LayerKind::kSsm;
-  } else {
+  if (!ParseKindName(kind_word.text, &layer.kind)) {
     return Fail(kind_word.col, "unknown layer kind " + Quote(kind_word.text) +
                                    " (expected kv, rotating or ssm)");
   }
@@ -478,7 +471,7 @@ bool Parser::ParseLayerLine() {
     if ((kLayerKeys[k].kinds & kind_bit) == 0) {
       return Fail(w.col, "layer: key " + Quote(key) +
                              " is not allowed for a " +
-                             LayerKindName(layer.kind) + " layer");
+                             std::string(KindName(layer.kind)) + " layer");
     }
     if (value_col[k] != 0) {
       return Fail(w.col, "layer: repeated key " + Quote(key));
@@ -498,9 +491,9 @@ bool Parser::ParseLayerLine() {
   if (value_col[kKeyDv]) layer.dv = values[kKeyDv];
   if (value_col[kKeyConv]) layer.conv = values[kKeyConv];
   switch (layer.kind) {
-    case LayerKind::kKv:
+    case CacheKind::kKv:
       break;
-    case LayerKind::kRotating:
+    case CacheKind::kRotating:
       if (!value_col[kKeyWindow]) {
         return Fail(kind_word.col, "layer: a rotating layer needs window=W");
       }
@@ -516,7 +509,7 @@ bool Parser::ParseLayerLine() {
         layer.capacity = values[kKeyCapacity];
       }
       break;
-    case LayerKind::kSsm:
+    case CacheKind::kSsm:
       layer.kheads = layer.heads;
       if (value_col[kKeyKheads]) {
         if (layer.heads % values[kKeyKheads] != 0) {
@@ -530,6 +523,7 @@ bool Parser::ParseLayerLine() {
       break;
   }
   program_->layers.push_back(std::move(layer));
+  program_->layer_lines.push_back(line_);
   program_->header_end_line = line_;
   return true;
 }
@@ -990,8 +984,8 @@ bool Parser::ParseLayerRef(const Word& w, const std::string& statement,
   if (found < 0) {
     return Fail(w.col, statement + ": unknown layer " + Quote(w.text));
   }
-  const LayerDecl& layer = program_->layers[static_cast<size_t>(found)];
-  if (attention_only && layer.kind == LayerKind::kSsm) {
+  const LayerConfig& layer = program_->layers[static_cast<size_t>(found)];
+  if (attention_only && layer.kind == CacheKind::kSsm) {
     return Fail(w.col, statement + ": layer " + Quote(w.text) +
                            " is ssm; only kv and rotating layers have "
                            "attention queries");
@@ -1001,18 +995,6 @@ bool Parser::ParseLayerRef(const Word& w, const std::string& statement,
 }
 
 }  // namespace
-
-const char* LayerKindName(LayerKind kind) {
-  switch (kind) {
-    case LayerKind::kKv:
-      return "kv";
-    case LayerKind::kRotating:
-      return "rotating";
-    case LayerKind::kSsm:
-      return "ssm";
-  }
-  return "unknown";
-}
 
 int FindLayer(const Program& program, std::string_view name) {
   for (size_t i = 0; i < program.layers.size(); ++i) {

@@ -87,20 +87,20 @@ TEST(TraceParseTest, ExampleFromTraceMd) {
   EXPECT_EQ(p.rows, 1);
   ASSERT_EQ(p.layers.size(), 2u);
   EXPECT_EQ(p.layers[0].name, "s");
-  EXPECT_EQ(p.layers[0].kind, LayerKind::kRotating);
+  EXPECT_EQ(p.layers[0].kind, CacheKind::kRotating);
   EXPECT_EQ(p.layers[0].window, 4);
   EXPECT_EQ(p.layers[0].capacity, 4);
   EXPECT_EQ(p.layers[0].heads, 1);
   EXPECT_EQ(p.layers[0].dim, 4);
-  EXPECT_EQ(p.layers[0].line, 3);
+  EXPECT_EQ(p.layer_lines[0], 3);
   EXPECT_EQ(p.layers[1].name, "r");
-  EXPECT_EQ(p.layers[1].kind, LayerKind::kSsm);
+  EXPECT_EQ(p.layers[1].kind, CacheKind::kSsm);
   EXPECT_EQ(p.layers[1].heads, 1);
   EXPECT_EQ(p.layers[1].kheads, 1);
   EXPECT_EQ(p.layers[1].dk, 4);
   EXPECT_EQ(p.layers[1].dv, 4);
   EXPECT_EQ(p.layers[1].conv, 4);
-  EXPECT_EQ(p.layers[1].line, 4);
+  EXPECT_EQ(p.layer_lines[1], 4);
   EXPECT_EQ(p.header_end_line, 4);
 
   ASSERT_EQ(p.lines.size(), 12u);
@@ -198,26 +198,26 @@ TEST(TraceParseTest, LayerKeysAndDefaults) {
       "layer gdn2 ssm heads=6\n"
       "layer x_9 ssm conv=64 dk=512 dv=1\n");
   ASSERT_EQ(p.layers.size(), 7u);
-  const LayerDecl& full = p.layers[0];
-  EXPECT_EQ(full.kind, LayerKind::kKv);
+  const LayerConfig& full = p.layers[0];
+  EXPECT_EQ(full.kind, CacheKind::kKv);
   EXPECT_EQ(full.heads, 1);
   EXPECT_EQ(full.dim, 4);
   EXPECT_EQ(full.window, 0);
   EXPECT_EQ(full.capacity, 0);
-  const LayerDecl& win = p.layers[1];
+  const LayerConfig& win = p.layers[1];
   EXPECT_EQ(win.window, 7);
   EXPECT_EQ(win.heads, 3);
   EXPECT_EQ(win.dim, 16);
-  const LayerDecl& ring = p.layers[2];
-  EXPECT_EQ(ring.kind, LayerKind::kRotating);
+  const LayerConfig& ring = p.layers[2];
+  EXPECT_EQ(ring.kind, CacheKind::kRotating);
   EXPECT_EQ(ring.window, 8);
   EXPECT_EQ(ring.capacity, 12);
   EXPECT_EQ(ring.dim, 512);
   EXPECT_EQ(ring.heads, 64);
   EXPECT_EQ(p.layers[3].window, 65536);
   EXPECT_EQ(p.layers[3].capacity, 65536);
-  const LayerDecl& gdn = p.layers[4];
-  EXPECT_EQ(gdn.kind, LayerKind::kSsm);
+  const LayerConfig& gdn = p.layers[4];
+  EXPECT_EQ(gdn.kind, CacheKind::kSsm);
   EXPECT_EQ(gdn.heads, 8);
   EXPECT_EQ(gdn.kheads, 2);
   EXPECT_EQ(gdn.dk, 32);
@@ -454,9 +454,9 @@ TEST(TraceParseTest, ErrorToStringAndKindNames) {
   e.col = 3;
   e.message = "unknown statement 'x'";
   EXPECT_EQ(e.ToString(), "dir/a.trace:12:3: unknown statement 'x'");
-  EXPECT_STREQ(LayerKindName(LayerKind::kKv), "kv");
-  EXPECT_STREQ(LayerKindName(LayerKind::kRotating), "rotating");
-  EXPECT_STREQ(LayerKindName(LayerKind::kSsm), "ssm");
+  EXPECT_EQ(KindName(CacheKind::kKv), "kv");
+  EXPECT_EQ(KindName(CacheKind::kRotating), "rotating");
+  EXPECT_EQ(KindName(CacheKind::kSsm), "ssm");
 }
 
 TEST(TraceParseTest, FailureLeavesProgramUntouchedAndAllowsNulls) {

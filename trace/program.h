@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/layer_config.h"
+
 namespace kvspec::trace {
 
 // Limits of TRACE.md; a larger value is a syntax error, never an allocation.
@@ -27,24 +29,6 @@ inline constexpr int kMaxConv = 64;
 inline constexpr int kMaxForkExtract = 64;
 inline constexpr int64_t kMaxTokensPerRow = 1000000;
 inline constexpr int64_t kMaxInteger = 2147483647;   // 2^31 - 1
-
-enum class LayerKind { kKv, kRotating, kSsm };
-
-const char* LayerKindName(LayerKind kind);  // "kv", "rotating", "ssm"
-
-struct LayerDecl {
-  std::string name;
-  LayerKind kind = LayerKind::kKv;
-  int heads = 1;     // attention: kv heads (= query heads); ssm: value heads
-  int dim = 4;       // attention head dim
-  int window = 0;    // 0: none (kv sees all); rotating: required, >= 1
-  int capacity = 0;  // rotating only; = window when the text gives none
-  int kheads = 0;    // ssm key heads; resolved to heads when not given
-  int dk = 4;
-  int dv = 4;
-  int conv = 4;      // ssm conv kernel size, 1..64
-  int line = 0;
-};
 
 enum class Op {
   // Operations.
@@ -125,7 +109,10 @@ struct Statement {
 struct Program {
   std::string file;
   int rows = 1;
-  std::vector<LayerDecl> layers;
+  // The header's layers, as declared (a rotating layer's capacity = window
+  // when the text gives none; an ssm layer's kheads = heads).
+  std::vector<LayerConfig> layers;
+  std::vector<int> layer_lines;    // [layers] the line declaring each
   std::vector<Statement> body;     // statements after the header, in order
   std::vector<std::string> lines;  // the raw lines (without '\n' or '\r')
   int header_end_line = 0;         // last line of the header (rows + layers)

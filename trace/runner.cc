@@ -180,27 +180,6 @@ std::string JoinInts(const std::vector<int32_t>& v, char sep = ',') {
   return s;
 }
 
-size_t SsmChannels(const LayerDecl& d) {
-  return 2 * static_cast<size_t>(d.kheads) * d.dk + static_cast<size_t>(d.heads) * d.dv;
-}
-
-LayerConfig ToConfig(const LayerDecl& d) {
-  LayerConfig c;
-  c.name = d.name;
-  c.type = d.kind == LayerKind::kKv ? LayerType::kKv
-           : d.kind == LayerKind::kRotating ? LayerType::kRotating
-                                            : LayerType::kSsm;
-  c.heads = d.heads;
-  c.dim = d.dim;
-  c.window = d.window;
-  c.capacity = d.capacity;
-  c.kheads = d.kheads;
-  c.dk = d.dk;
-  c.dv = d.dv;
-  c.conv = d.conv;
-  return c;
-}
-
 class Runner {
  public:
   Runner(const Program& program, const RunOptions& options, std::ostream& out,
@@ -218,14 +197,14 @@ class Runner {
   }
 
   int Run() {
-    std::vector<LayerConfig> configs;
-    for (const LayerDecl& d : p_.layers) configs.push_back(ToConfig(d));
     std::unique_ptr<Layout> layout;
-    Status s = Layout::Create(p_.rows, configs, &layout);
+    Status s = Layout::Create(p_.rows, p_.layers, &layout);
     if (!s.ok()) {
       int line = p_.header_end_line;
-      for (const LayerDecl& d : p_.layers) {
-        if (s.message().find("'" + d.name + "'") != std::string::npos) line = d.line;
+      for (size_t l = 0; l < p_.layers.size(); ++l) {
+        if (s.message().find("'" + p_.layers[l].name + "'") != std::string::npos) {
+          line = p_.layer_lines[l];
+        }
       }
       Refusal(line, s.message());
       return Finish(line);
@@ -235,9 +214,9 @@ class Runner {
     current_ = "main";
     conv_weights_.resize(p_.layers.size());
     for (size_t l = 0; l < p_.layers.size(); ++l) {
-      const LayerDecl& d = p_.layers[l];
-      if (d.kind == LayerKind::kSsm) {
-        conv_weights_[l] = ContentIndex::ConvWeights(static_cast<int>(l), SsmChannels(d),
+      const LayerConfig& d = p_.layers[l];
+      if (d.kind == CacheKind::kSsm) {
+        conv_weights_[l] = ContentIndex::ConvWeights(static_cast<int>(l), d.SsmChannels(),
                                                      static_cast<size_t>(d.conv));
       }
     }
@@ -507,10 +486,10 @@ class Runner {
     std::vector<AttentionIO> io(nl);
     std::vector<std::vector<float>> x(nl), gate(nl), beta(nl);
     for (size_t l = 0; l < nl; ++l) {
-      const LayerDecl& d = p_.layers[l];
-      if (d.kind == LayerKind::kSsm) {
+      const LayerConfig& d = p_.layers[l];
+      if (d.kind == CacheKind::kSsm) {
         // Per token: x[C], then a[Hv] and b[Hv] turned into gate and beta.
-        const size_t C = SsmChannels(d);
+        const size_t C = d.SsmChannels();
         const size_t hv = static_cast<size_t>(d.heads);
         x[l].assign(static_cast<size_t>(rows) * L * C, ContentIndex::PadValue());
         gate[l].assign(static_cast<size_t>(rows) * L * hv, ContentIndex::PadValue());
@@ -552,8 +531,8 @@ class Runner {
 
     // Remember what was written, then read back what every query saw.
     for (size_t l = 0; l < nl; ++l) {
-      const LayerDecl& d = p_.layers[l];
-      if (d.kind == LayerKind::kSsm) continue;
+      const LayerConfig& d = p_.layers[l];
+      if (d.kind == CacheKind::kSsm) continue;
       const size_t hd = static_cast<size_t>(d.heads) * d.dim;
       for (int r = 0; r < rows; ++r) {
         for (int32_t j = 0; j < cols.Real(r); ++j) {
@@ -567,7 +546,7 @@ class Runner {
     last.valid = true;
     std::vector<std::string> sees_lines, out_lines;
     for (size_t l = 0; l < nl; ++l) {
-      const LayerDecl& d = p_.layers[l];
+      const LayerConfig& d = p_.layers[l];
       const AttentionCache* cache = layout.attention(l);
       const Mask* mask = cache ? layout.LastMask(l) : nullptr;
       const KvView view = cache ? cache->View() : KvView();

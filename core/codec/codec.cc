@@ -377,13 +377,13 @@ class CacheCodec {
       const auto* store = dynamic_cast<const ColumnStore*>(&c);
       const auto* ssm = dynamic_cast<const SsmCacheBase*>(&c);
       bool match = false;
-      if (cfg.type == LayerType::kSsm && ssm) {
+      if (cfg.kind == CacheKind::kSsm && ssm) {
         const SsmShape& s = ssm->shape();
         match = s.value_heads == cfg.heads && s.key_heads == (cfg.kheads ? cfg.kheads : cfg.heads) &&
                 s.dk == cfg.dk && s.dv == cfg.dv && s.conv == cfg.conv;
-      } else if (cfg.type != LayerType::kSsm && store) {
+      } else if (cfg.kind != CacheKind::kSsm && store) {
         const int32_t capacity =
-            cfg.type == LayerType::kRotating ? (cfg.capacity ? cfg.capacity : cfg.window) : 0;
+            cfg.kind == CacheKind::kRotating ? (cfg.capacity ? cfg.capacity : cfg.window) : 0;
         match = store->kvHeads() == cfg.heads && store->headDim() == cfg.dim &&
                 store->window() == cfg.window && store->ringCapacity() == capacity;
       }
@@ -529,7 +529,7 @@ Status EncodeLayout(const Layout& layout, std::string* out) {
   for (size_t i = 0; i < layout.size(); ++i) {
     const LayerConfig& c = CacheCodec::Configs(layout)[i];
     w.String(c.name);
-    w.Value<int32_t>(static_cast<int32_t>(c.type));
+    w.Value<int32_t>(static_cast<int32_t>(c.kind));
     w.Value<int32_t>(c.heads);
     w.Value<int32_t>(c.q_heads);
     w.Value<int32_t>(c.dim);
@@ -580,7 +580,7 @@ Status DecodeLayout(std::string_view bytes, std::unique_ptr<Layout>* out) {
     uint64_t length = 0;
     r.Value(&length);
     if (!r.ok()) return r.status();
-    c.type = static_cast<LayerType>(type);
+    c.kind = static_cast<CacheKind>(type);
     if (length > r.left()) return r.Fail("layer cache longer than the input"), r.status();
     Reader sub(bytes.substr(r.offset(), static_cast<size_t>(length)));
     std::unique_ptr<Cache> cache;

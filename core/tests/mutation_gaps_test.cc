@@ -201,13 +201,13 @@ std::string EncodedLayout(int rows, std::vector<LayerConfig> configs,
 TEST(CodecDamage, LayoutRefusesASsmConfigOfAnotherConvKernel) {
   LayerConfig ssm;
   ssm.name = "s";
-  ssm.type = LayerType::kSsm;
+  ssm.kind = CacheKind::kSsm;
   ssm.conv = 4;
   std::string bytes = EncodedLayout(1, {ssm});
   ASSERT_FALSE(bytes.empty());
   const size_t conv = Layer0Field(bytes, 9);
   ASSERT_EQ(Get<int32_t>(bytes, conv), 4);
-  ASSERT_EQ(Get<int32_t>(bytes, Layer0Field(bytes, 0)), static_cast<int32_t>(LayerType::kSsm));
+  ASSERT_EQ(Get<int32_t>(bytes, Layer0Field(bytes, 0)), static_cast<int32_t>(CacheKind::kSsm));
   Put<int32_t>(&bytes, conv, 3);
   std::unique_ptr<Layout> out;
   const Status s = DecodeLayout(bytes, &out);
@@ -221,7 +221,7 @@ TEST(CodecDamage, LayoutRefusesASsmConfigOfAnotherConvKernel) {
 TEST(CodecDamage, LayoutRefusesARingConfigOfAnotherWindow) {
   LayerConfig ring;
   ring.name = "r";
-  ring.type = LayerType::kRotating;
+  ring.kind = CacheKind::kRotating;
   ring.window = 4;
   ring.capacity = 8;
   std::string bytes = EncodedLayout(1, {ring});
@@ -307,7 +307,7 @@ TEST(TipDrops, BypassTrimBeyondTheLastWindowIsRefused) {
 TEST(LayoutCreate, RingCapacityBelowTheWindowIsRefused) {
   LayerConfig ring;
   ring.name = "r";
-  ring.type = LayerType::kRotating;
+  ring.kind = CacheKind::kRotating;
   ring.window = 4;
   ring.capacity = 3;
   std::unique_ptr<Layout> layout;
