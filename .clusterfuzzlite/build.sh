@@ -5,21 +5,21 @@
 # coverage flags, -fsanitize=fuzzer-no-link among them), $LIB_FUZZING_ENGINE
 # (what links the fuzzing engine's main, e.g. -fsanitize=fuzzer), $SRC (the
 # checkout is $SRC/kvspec) and $OUT. $CC and $CFLAGS are not used: kvspec
-# has no C sources. $WORK (scratch objects) is used when set.
+# has no C sources. $WORK (scratch build tree) is used when set.
 #
-# Outputs, per target T of KVSPEC_FUZZ_TARGETS in fuzz/CMakeLists.txt:
+# The build is the project's own CMake build (KVSPEC_FUZZ=ON), so the
+# sources and targets are exactly those of fuzz/CMakeLists.txt and
+# fuzz/targets.txt; only the flags come from the cluster
+# (KVSPEC_FUZZ_SANITIZE=OFF: $CXXFLAGS brings the sanitizers).
+#
+# Outputs, per target T of fuzz/targets.txt:
 #   $OUT/T                  the libFuzzer binary
 #   $OUT/T_seed_corpus.zip  corpus/T/ and corpus/regressions/T/
 #   $OUT/T.dict             fuzz/T.dict
-#   $OUT/T.options          [libfuzzer] max_len as fuzz/run uses it
-# The core's sources are the kvspec_core list of the top CMakeLists.txt and
-# the fuzz support sources KVSPEC_FUZZ_SUPPORT_SOURCES, read from there so
-# that new modules and targets follow.
+#   $OUT/T.options          [libfuzzer] max_len from fuzz/targets.txt
 #
-# Local test (clang-14 and libFuzzer from Debian; the checkout is /work/main,
-# so SRC is its parent and the checkout must be reachable as $SRC/kvspec,
-# here through a symbolic link):
-#   mkdir -p /tmp/cfl-src && ln -sfn /work/main /tmp/cfl-src/kvspec
+# Local test (clang-14 and libFuzzer from Debian), from the checkout:
+#   mkdir -p /tmp/cfl-src && ln -sfn "$PWD" /tmp/cfl-src/kvspec
 #   SRC=/tmp/cfl-src OUT=/tmp/cfl-out WORK=/tmp/cfl-work CC=clang-14 CXX=clang++-14 \
 #     CFLAGS="-O1 -g -fsanitize=address,undefined -fsanitize=fuzzer-no-link" \
 #     CXXFLAGS="-O1 -g -fsanitize=address,undefined -fsanitize=fuzzer-no-link" \
@@ -32,60 +32,25 @@
 # runs it): set the options here.
 set -euo pipefail
 : "${SRC:?}" "${OUT:?}" "${CXX:?}" "${LIB_FUZZING_ENGINE:?}"
-CXXFLAGS="${CXXFLAGS:-}"
 KVSPEC="$SRC/kvspec"
-WORKDIR="${WORK:-$(mktemp -d)}/kvspec-build"
-mkdir -p "$WORKDIR" "$OUT"
+built=()
+BUILD="${WORK:-$(mktemp -d)}/kvspec-build"
+mkdir -p "$BUILD" "$OUT"
 
-# The words of a CMake command `NAME(... ) `, from its first line up to the
-# first `)`, without the first N words (the command's own arguments).
-cmake_list() {  # FILE PATTERN SKIP
-  awk -v pattern="$2" -v skip="$3" '
-    $0 ~ pattern { on = 1 }
-    on {
-      line = $0
-      sub(/#.*/, "", line)
-      done = index(line, ")") > 0
-      sub(/\).*/, "", line)
-      sub(/^.*\(/, "", line)
-      n = split(line, words, /[ \t]+/)
-      for (i = 1; i <= n; i++) if (words[i] != "" && skipped++ >= skip) print words[i]
-      if (done) exit
-    }' "$1"
-}
+cmake -S "$KVSPEC" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_CXX_FLAGS="${CXXFLAGS:-}" \
+  -DKVSPEC_FUZZ=ON -DKVSPEC_FUZZ_SANITIZE=OFF -DKVSPEC_FUZZ_ENGINE="$LIB_FUZZING_ENGINE" \
+  -DKVSPEC_BUILD_TESTS=OFF -DKVSPEC_BUILD_BENCH=OFF >/dev/null
+cmake --build "$BUILD" -j "$(nproc)" --target all_fuzzers
 
-mapfile -t core_sources < <(cmake_list "$KVSPEC/CMakeLists.txt" '^add_library\(kvspec_core ' 2)
-mapfile -t support_sources < <(cmake_list "$KVSPEC/fuzz/CMakeLists.txt" '^set\(KVSPEC_FUZZ_SUPPORT_SOURCES ' 1)
-mapfile -t targets < <(cmake_list "$KVSPEC/fuzz/CMakeLists.txt" '^set\(KVSPEC_FUZZ_TARGETS ' 1)
-if [[ ${#core_sources[@]} -eq 0 || ${#targets[@]} -eq 0 ]]; then
-  echo "build.sh: could not read the source or target lists from the CMakeLists.txt files" >&2
-  exit 1
-fi
-
-# As kvspec_options in the top CMakeLists.txt: C++17, every attainable
-# Highway target, scalar float arithmetic exactly as written.
-flags=(-std=c++17 -I"$KVSPEC" -DHWY_COMPILE_ALL_ATTAINABLE -ffp-contract=off)
-
-objects=()
-for source in "${core_sources[@]/#/$KVSPEC/}" "${support_sources[@]/#/$KVSPEC/fuzz/}"; do
-  object="$WORKDIR/$(basename "${source%.cc}").o"
-  echo "build.sh: compiling ${source#"$KVSPEC"/}"
-  # shellcheck disable=SC2086  # CXXFLAGS is a list of flags
-  $CXX $CXXFLAGS "${flags[@]}" -c "$source" -o "$object"
-  objects+=("$object")
-done
-rm -f "$WORKDIR/libkvspec_fuzz.a"
-ar rcs "$WORKDIR/libkvspec_fuzz.a" "${objects[@]}"
-
-for target in "${targets[@]}"; do
-  echo "build.sh: linking $target"
-  # shellcheck disable=SC2086
-  $CXX $CXXFLAGS "${flags[@]}" "$KVSPEC/fuzz/$target.cc" "$WORKDIR/libkvspec_fuzz.a" \
-    $LIB_FUZZING_ENGINE -lhwy -lpthread -o "$OUT/$target"
+while read -r target max_len; do
+  [[ -z "$target" || "$target" == \#* ]] && continue
+  echo "build.sh: packaging $target"
+  cp "$BUILD/$target" "$OUT/$target"
 
   # The seeds and the regression inputs, flat (libFuzzer reads the zip's
   # files as one folder); regression inputs get a prefix against clashes.
-  stage="$WORKDIR/seeds/$target"
+  stage="$BUILD/seeds/$target"
   rm -rf "$stage" "$OUT/${target}_seed_corpus.zip"
   mkdir -p "$stage"
   if [[ -d "$KVSPEC/corpus/$target" ]]; then
@@ -102,10 +67,7 @@ for target in "${targets[@]}"; do
   if [[ -f "$KVSPEC/fuzz/$target.dict" ]]; then
     cp "$KVSPEC/fuzz/$target.dict" "$OUT/$target.dict"
   fi
-  case "$target" in
-    fuzz_layout_ops) max_len=512 ;;
-    *) max_len=4096 ;;
-  esac
   printf '[libfuzzer]\nmax_len = %d\n' "$max_len" >"$OUT/$target.options"
-done
-echo "build.sh: built ${targets[*]} into $OUT"
+  built+=("$target")
+done <"$KVSPEC/fuzz/targets.txt"
+echo "build.sh: built ${built[*]} into $OUT"

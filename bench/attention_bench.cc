@@ -351,7 +351,7 @@ void BM_StreamReadWrite(benchmark::State& state) {
 // ---------------------------------------------------------------------------
 
 void BM_PeakFma(benchmark::State& state, int64_t target) {
-  bench::TargetScope scope(target, bench::LimitsTargetName, "FmaLoop");
+  bench::DispatchCheck scope(target, bench::LimitsTargetName, "FmaLoop");
   if (!scope.Check(state)) return;
   constexpr size_t kIterations = size_t{1} << 20;
   const double start = ProcessSeconds();
@@ -382,7 +382,7 @@ void ReportReads(benchmark::State& state, double bytes, double pairs, double sec
 // Attend over the caches of one shape: ColdCount of them in turn (cold) or
 // the first one only (hot).
 void RunAttention(benchmark::State& state, int64_t target, const Shape& shape, bool cold) {
-  bench::TargetScope scope(target, AttentionTargetName, "Attend");
+  bench::DispatchCheck scope(target, AttentionTargetName, "Attend");
   if (!scope.Check(state)) return;
   const size_t rotate = cold ? ColdCount(shape) : 1;
   const auto& cases = Cases(shape, rotate);
@@ -526,7 +526,7 @@ void RegisterAll() {
   benchmark::RegisterBenchmark("BM_StreamRead", BM_StreamRead)->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_StreamReadWrite", BM_StreamReadWrite)
       ->Unit(benchmark::kMillisecond);
-  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  const std::vector<int64_t> targets = testing::AllTargets();
   for (const int64_t target : targets) {
     benchmark::RegisterBenchmark((std::string("BM_PeakFma/") + hwy::TargetName(target)).c_str(),
                                  [target](benchmark::State& state) { BM_PeakFma(state, target); })

@@ -339,7 +339,7 @@ void ReportBandwidth(benchmark::State& state, double bytes_per_iteration, double
 // shape: all of a cold set in turn, or the first one only (hot).
 void RunForward(benchmark::State& state, int64_t target, int value_heads, int rows,
                 int32_t columns, bool cold) {
-  bench::TargetScope scope(target, GatedDeltaTargetName, "GatedDeltaStep");
+  bench::DispatchCheck scope(target, GatedDeltaTargetName, "GatedDeltaStep");
   if (!scope.Check(state)) return;
   const SsmShape shape = Shape(value_heads);
   const size_t rotate = cold ? ColdCount(shape, rows) : 1;
@@ -388,7 +388,7 @@ std::map<std::string, Record>& ReplayRounds() {
 // window (reads the snapshot buffer, writes the other), Rollback(keep)
 // (replays the first keep recorded tokens from the snapshot).
 void RunRollbackReplay(benchmark::State& state, int64_t target, int32_t keep) {
-  bench::TargetScope scope(target, GatedDeltaTargetName, "GatedDeltaStep");
+  bench::DispatchCheck scope(target, GatedDeltaTargetName, "GatedDeltaStep");
   if (!scope.Check(state)) return;
   const SsmShape shape = Shape(kSpeculationValueHeads);
   SsmCache cache(shape);
@@ -423,7 +423,7 @@ void RunRollbackReplay(benchmark::State& state, int64_t target, int32_t keep) {
 // [conv | recurrent], contiguous). Positions keep counting all 8 tokens;
 // that does not change the work.
 void RunCheckpointPerToken(benchmark::State& state, int64_t target, int32_t keep) {
-  bench::TargetScope scope(target, GatedDeltaTargetName, "GatedDeltaStep");
+  bench::DispatchCheck scope(target, GatedDeltaTargetName, "GatedDeltaStep");
   if (!scope.Check(state)) return;
   const SsmShape shape = Shape(kSpeculationValueHeads);
   SsmCache cache(shape);
@@ -465,7 +465,7 @@ void RunCheckpointPerToken(benchmark::State& state, int64_t target, int32_t keep
 // ---------------------------------------------------------------------------
 // ConvStep alone, hot, in place as the cache calls it.
 void RunConvStep(benchmark::State& state, int64_t target, size_t channels, size_t kernel) {
-  bench::TargetScope scope(target, GatedDeltaTargetName, "GatedDeltaStep");
+  bench::DispatchCheck scope(target, GatedDeltaTargetName, "GatedDeltaStep");
   if (!scope.Check(state)) return;
   std::vector<float> w(kernel * channels), conv_state((kernel - 1) * channels), x(channels),
       u(channels);
@@ -499,7 +499,7 @@ void RegisterAll() {
   benchmark::RegisterBenchmark("BM_StreamReadWriteInPlace", BM_StreamReadWriteInPlace)
       ->Unit(benchmark::kMillisecond);
 
-  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  const std::vector<int64_t> targets = testing::AllTargets();
   // Shape outermost, so each cold set is built once and shared by the
   // targets and the hot runs of that shape.
   for (const int value_heads : kValueHeads) {

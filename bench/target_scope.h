@@ -1,4 +1,4 @@
-// Restricting Highway to one target for a benchmark (header-only, shared by
+// A benchmark on one Highway target, checked to dispatch there (shared by
 // the benchmark binaries).
 #pragma once
 
@@ -8,26 +8,20 @@
 #include <string>
 
 #include "hwy/targets.h"
+#include "testing/target_scope.h"
 
 namespace kvspec {
 namespace bench {
 
-// Restricts Highway to `target` while alive. In Highway 1.0.3
-// SetSupportedTargetsForTest also resets the dispatch table
-// (GetChosenTarget().DeInit()), so the next HWY_DYNAMIC_DISPATCH chooses
-// again. `dispatched_name` is the benchmarked kernel's own report of the
-// target it dispatches to (e.g. AttentionTargetName), called once here;
-// `kernel` names that kernel in the skip message.
-class TargetScope {
+// Runs a benchmark on `target` (testing::TargetScope) and checks that the
+// benchmarked kernel really dispatches there. `dispatched_name` is the
+// kernel's own report of its target (e.g. AttentionTargetName), called once
+// here; `kernel` names that kernel in the skip message.
+class DispatchCheck {
  public:
-  TargetScope(int64_t target, const char* (*dispatched_name)(), const char* kernel)
-      : requested_(hwy::TargetName(target)), kernel_(kernel) {
-    hwy::SetSupportedTargetsForTest(target);
-    dispatched_ = dispatched_name();
-  }
-  ~TargetScope() { hwy::SetSupportedTargetsForTest(0); }
-  TargetScope(const TargetScope&) = delete;
-  TargetScope& operator=(const TargetScope&) = delete;
+  DispatchCheck(int64_t target, const char* (*dispatched_name)(), const char* kernel)
+      : scope_(target), requested_(hwy::TargetName(target)), kernel_(kernel),
+        dispatched_(dispatched_name()) {}
 
   const std::string& dispatched() const { return dispatched_; }
 
@@ -42,6 +36,7 @@ class TargetScope {
   }
 
  private:
+  testing::TargetScope scope_;
   std::string requested_;
   std::string kernel_;
   std::string dispatched_;

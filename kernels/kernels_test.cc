@@ -94,7 +94,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <gtest/gtest.h>
 
-#include "testing/target_scope.h"
+#include "testing/target_params.h"
 
 namespace kvspec_test_old {
 HWY_EXPORT(OldGatedDeltaStepImpl);

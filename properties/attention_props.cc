@@ -19,7 +19,7 @@
 #include "core/kv_cache.h"
 #include "core/mask.h"
 #include "trace/values.h"
-#include "testing/target_scope.h"
+#include "testing/target_params.h"
 
 namespace kvspec {
 namespace {

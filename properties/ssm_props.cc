@@ -26,7 +26,7 @@
 #include "kernels/gated_delta.h"
 #include "core/ssm_cache.h"
 #include "trace/values.h"
-#include "testing/target_scope.h"
+#include "testing/target_params.h"
 
 namespace kvspec {
 namespace {

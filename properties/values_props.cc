@@ -33,7 +33,7 @@
 
 #include "trace/program.h"
 #include "trace/runner.h"
-#include "testing/target_scope.h"
+#include "testing/target_params.h"
 #include "testing/values_oracle.h"
 
 namespace kvspec {

@@ -1,20 +1,24 @@
-// Running a test once per Highway target compiled in and supported by this
-// CPU, with the target's name in the test name (".../AVX2").
+// Running code on one Highway target at a time: the one target scope that
+// tests, properties, fuzz targets and benchmarks share (no test framework
+// here; testing/target_params.h adds the gtest glue).
 #pragma once
 
-#include <gtest/gtest.h>
-
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "hwy/targets.h"
 
 namespace kvspec::testing {
 
-inline std::vector<int64_t> AllTargets() { return hwy::SupportedAndGeneratedTargets(); }
+// Every target compiled in (HWY_COMPILE_ALL_ATTAINABLE) that this CPU runs.
+inline std::vector<int64_t> AllTargets() {
+  hwy::SetSupportedTargetsForTest(0);
+  return hwy::SupportedAndGeneratedTargets();
+}
 
-// While alive, dynamic dispatch picks `target`.
+// While alive, dynamic dispatch picks `target`. In Highway 1.0.3
+// SetSupportedTargetsForTest also resets the dispatch table, so the next
+// HWY_DYNAMIC_DISPATCH chooses again; the destructor restores the best.
 class TargetScope {
  public:
   explicit TargetScope(int64_t target) { hwy::SetSupportedTargetsForTest(target); }
@@ -23,16 +27,4 @@ class TargetScope {
   TargetScope& operator=(const TargetScope&) = delete;
 };
 
-struct TargetName {
-  std::string operator()(const ::testing::TestParamInfo<int64_t>& info) const {
-    return hwy::TargetName(info.param);
-  }
-};
-
 }  // namespace kvspec::testing
-
-// Instantiates the value-parameterised suite `suite` once per target.
-#define KVSPEC_FOR_EACH_TARGET(suite)                                       \
-  INSTANTIATE_TEST_SUITE_P(Targets, suite,                                 \
-                           ::testing::ValuesIn(::kvspec::testing::AllTargets()), \
-                           ::kvspec::testing::TargetName())
