@@ -161,11 +161,13 @@ Cost EstimateCost(const trace::Program& program) {
   double columns = 0;  // every column ever written, per row
   double layouts = 1;
   for (const Statement& outer : program.body) {
-    const Statement& st = outer.op == Op::kExpectError && outer.inner ? *outer.inner : outer;
-    if (st.op == Op::kWindow) columns += st.columns;
-    if (st.op == Op::kDecode) columns += 1;
-    if (st.op == Op::kFork || st.op == Op::kExtract) layouts += 1;
-    if (st.op == Op::kJoin) layouts *= 2;  // joins can double a batch
+    const bool nested =
+        outer.op() == Op::kExpectError && outer.Get<trace::ExpectError>().inner;
+    const Statement& st = nested ? *outer.Get<trace::ExpectError>().inner : outer;
+    if (st.op() == Op::kWindow) columns += st.Get<trace::WindowOp>().columns;
+    if (st.op() == Op::kDecode) columns += 1;
+    if (st.op() == Op::kFork || st.op() == Op::kExtract) layouts += 1;
+    if (st.op() == Op::kJoin) layouts *= 2;  // joins can double a batch
   }
   double bytes_per_column = 0, state_bytes = 0, lanes = 0;
   for (const LayerConfig& d : program.layers) {

@@ -159,7 +159,7 @@ std::string CompareOutLine(const Program& program, const std::string& a, const s
 // A failed `expect out` on standard error: "FILE:LINE: expected out NAME rR
 // pP: V.. got G..". Fills the statement and the text before " got ".
 struct ExpectOutFailure {
-  const Statement* statement = nullptr;
+  const kvspec::trace::ExpectOut* statement = nullptr;
   std::string head;  // up to " got "
   std::string got;   // after " got "
 };
@@ -179,7 +179,9 @@ bool ReadExpectOutFailure(const Program& program, const std::string& line, Expec
   const size_t got = line.find(" got ", i);
   if (got == std::string::npos) return false;
   for (const Statement& st : program.body) {
-    if (st.line == number && st.op == Op::kExpectOut) f->statement = &st;
+    if (st.line == number && st.op() == Op::kExpectOut) {
+      f->statement = &st.Get<kvspec::trace::ExpectOut>();
+    }
   }
   if (!f->statement) return false;
   f->head = line.substr(0, got);

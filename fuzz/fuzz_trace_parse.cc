@@ -73,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (const Statement& st : program.body) {
     if (st.line < 1 || static_cast<size_t>(st.line) > program.lines.size() ||
-        (st.op == Op::kExpectError && !st.inner)) {
+        (st.op() == Op::kExpectError && !st.Get<kvspec::trace::ExpectError>().inner)) {
       std::fprintf(stderr, "parsed a malformed statement on line %d\n", st.line);
       __builtin_trap();
     }

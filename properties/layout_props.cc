@@ -896,10 +896,13 @@ const std::vector<Seed>& Seeds() {
       int64_t columns = 0;
       for (const trace::Statement& st : program.body) {
         const trace::Statement* op = &st;
-        if (st.op == trace::Op::kExpectError && st.inner) op = st.inner.get();
-        else if (st.op >= trace::Op::kExpectSees) continue;
-        if (!SeedOp(op->op)) break;
-        columns += op->op == trace::Op::kWindow ? op->columns : 1;
+        if (st.op() == trace::Op::kExpectError && st.Get<trace::ExpectError>().inner) {
+          op = st.Get<trace::ExpectError>().inner.get();
+        } else if (st.op() >= trace::Op::kExpectSees) {
+          continue;
+        }
+        if (!SeedOp(op->op())) break;
+        columns += op->op() == trace::Op::kWindow ? op->Get<trace::WindowOp>().columns : 1;
         if (columns > 512) break;
         seed.ops.push_back(st);
       }
@@ -915,13 +918,16 @@ const std::vector<Seed>& Seeds() {
 // The command trace statement `st` stands for, run on model `m`; null when
 // the commands cannot state it.
 std::unique_ptr<Cmd> SeedCommand(const trace::Statement& st, const Model& m, uint64_t pad_seed) {
-  const trace::Statement& s = st.op == trace::Op::kExpectError ? *st.inner : st;
+  const trace::Statement& statement =
+      st.op() == trace::Op::kExpectError ? *st.Get<trace::ExpectError>().inner : st;
   const int rows = m.cfg.rows;
-  switch (s.op) {
+  switch (statement.op()) {
     case trace::Op::kWindow:
     case trace::Op::kDecode: {
       auto c = std::make_unique<ForwardCmd>();
-      c->decode = s.op == trace::Op::kDecode;
+      c->decode = statement.op() == trace::Op::kDecode;
+      const trace::WindowOp s = c->decode ? statement.Get<trace::DecodeOp>().AsWindow()
+                                          : statement.Get<trace::WindowOp>();
       c->cols = ForwardColumns::Dense(rows, s.columns, c->decode);
       if (s.has_left) {
         if (static_cast<int>(s.left.size()) != rows) return nullptr;
@@ -949,6 +955,7 @@ std::unique_ptr<Cmd> SeedCommand(const trace::Statement& st, const Model& m, uin
       return c;
     }
     case trace::Op::kTrim: {
+      const trace::TrimOp& s = statement.Get<trace::TrimOp>();
       auto c = std::make_unique<TrimCmd>();
       c->n = s.count;
       c->bypass = s.bypass;
@@ -957,6 +964,7 @@ std::unique_ptr<Cmd> SeedCommand(const trace::Statement& st, const Model& m, uin
     case trace::Op::kArm:
       return std::make_unique<ArmCmd>();
     case trace::Op::kAccept: {
+      const trace::AcceptOp& s = statement.Get<trace::AcceptOp>();
       if (s.keep.size() != 1 && static_cast<int>(s.keep.size()) != rows) return nullptr;
       auto c = std::make_unique<AcceptCmd>();
       c->keep = s.keep;

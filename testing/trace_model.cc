@@ -180,24 +180,29 @@ class Model {
   }
 
   Result Execute(const Statement& st) {
-    switch (st.op) {
+    switch (st.op()) {
       case Op::kWindow:
+        return Forward(st.Get<trace::WindowOp>(), false);
       case Op::kDecode:
-        return Forward(st);
+        return Forward(st.Get<trace::DecodeOp>().AsWindow(), true);
       case Op::kTrim:
-        return Trim(st);
+        return Trim(st.Get<trace::TrimOp>());
       case Op::kArm:
         return Arm();
       case Op::kAccept:
-        return Accept(st);
-      case Op::kFork:
-        if (layouts_.count(st.name)) return Result::Refused("fork onto an existing name");
-        layouts_[st.name] = Cur();
+        return Accept(st.Get<trace::AcceptOp>());
+      case Op::kFork: {
+        const std::string& name = st.Get<trace::ForkOp>().name;
+        if (layouts_.count(name)) return Result::Refused("fork onto an existing name");
+        layouts_[name] = Cur();
         return Result::Done();
-      case Op::kUse:
-        if (!layouts_.count(st.name)) return Result::Refused("use of an unknown name");
-        current_ = st.name;
+      }
+      case Op::kUse: {
+        const std::string& name = st.Get<trace::UseOp>().name;
+        if (!layouts_.count(name)) return Result::Refused("use of an unknown name");
+        current_ = name;
         return Result::Done();
+      }
       case Op::kReload:
         // Through the codec and back: everything stays (round, columns,
         // peak, last forward), but it is a change (precise rule 3).
@@ -205,43 +210,48 @@ class Model {
         Cur().window_real.clear();
         return Result::Done();
       case Op::kJoin:
-        return Join(st);
+        return Join(st.Get<trace::JoinOp>());
       case Op::kFilter:
-        return Filter(st);
+        return Filter(st.Get<trace::FilterOp>());
       case Op::kExtract:
-        return Extract(st);
+        return Extract(st.Get<trace::ExtractOp>());
       case Op::kExpectSees:
         return ExpectSees(st);
       case Op::kExpectOut:
         // TODO(model): attention outputs (TRACE.md "Values").
         return Result::Unsupported("expect out");
-      case Op::kExpectPositions:
-        if (st.positions.size() != static_cast<size_t>(Rows())) {
+      case Op::kExpectPositions: {
+        const std::vector<int32_t>& positions = st.Get<trace::ExpectPositions>().positions;
+        if (positions.size() != static_cast<size_t>(Rows())) {
           return Result::Refused("expect positions: list length is not the row count");
         }
-        if (st.positions != Cur().Positions()) Failed(st);
+        if (positions != Cur().Positions()) Failed(st);
         return Result::Done();
+      }
       case Op::kExpectError:
         return ExpectError(st);
       case Op::kExpectEqual:
         return ExpectEqual(st);
       case Op::kExpectTrimmable: {
         // A kv layer always is; a ring until it wraps; an ssm layer never.
-        const LayerConfig& layer = program_.layers[static_cast<size_t>(st.layer)];
-        if (st.yes == (IsSsm(layer) || Wrapped(layer, Cur()))) Failed(st);
+        const trace::ExpectTrimmable& e = st.Get<trace::ExpectTrimmable>();
+        const LayerConfig& layer = program_.layers[static_cast<size_t>(e.layer)];
+        if (e.yes == (IsSsm(layer) || Wrapped(layer, Cur()))) Failed(st);
         return Result::Done();
       }
       case Op::kExpectKind: {
+        const trace::ExpectKind& e = st.Get<trace::ExpectKind>();
         const std::string base =
-            std::string(KindName(program_.layers[static_cast<size_t>(st.layer)].kind));
-        if (st.kind_string != (Cur().batched ? "batched_" + base : base)) Failed(st);
+            std::string(KindName(program_.layers[static_cast<size_t>(e.layer)].kind));
+        if (e.kind_string != (Cur().batched ? "batched_" + base : base)) Failed(st);
         return Result::Done();
       }
       case Op::kExpectBytesPerToken: {
         // kv heads * (key dim + value dim) * sizeof(float); 0 for a
         // recurrent layer (its state does not grow).
-        const LayerConfig& d = program_.layers[static_cast<size_t>(st.layer)];
-        if (st.bytes != (IsSsm(d) ? 0 : int64_t{d.heads} * 2 * d.dim * 4)) Failed(st);
+        const trace::ExpectBytesPerToken& e = st.Get<trace::ExpectBytesPerToken>();
+        const LayerConfig& d = program_.layers[static_cast<size_t>(e.layer)];
+        if (e.bytes != (IsSsm(d) ? 0 : int64_t{d.heads} * 2 * d.dim * 4)) Failed(st);
         return Result::Done();
       }
     }
@@ -249,9 +259,8 @@ class Model {
   }
 
   // `window L ...` and `decode ...`.
-  Result Forward(const Statement& st) {
+  Result Forward(const trace::WindowOp& st, bool decode) {
     LayoutState& s = Cur();
-    const bool decode = st.op == Op::kDecode;
     const int32_t L = decode ? 1 : st.columns;
     const size_t rows = static_cast<size_t>(Rows());
 
@@ -345,7 +354,7 @@ class Model {
   }
 
   // `trim N [bypass]` (precise rules 2 and 3).
-  Result Trim(const Statement& st) {
+  Result Trim(const trace::TrimOp& st) {
     LayoutState& s = Cur();
     const int32_t n = st.count;
     if (s.armed) return Result::Refused("trim while armed");
@@ -388,7 +397,7 @@ class Model {
   // every row drops (the common minimum) and turns the other rows' further
   // rejected tips into pads, so the batch stays rectangular. A recurrent
   // row then holds the state of its kept tokens (rows are token lists here).
-  Result Accept(const Statement& st) {
+  Result Accept(const trace::AcceptOp& st) {
     LayoutState& s = Cur();
     const size_t rows = static_cast<size_t>(Rows());
     if (!s.armed) return Result::Refused("accept without arm");
@@ -419,7 +428,7 @@ class Model {
 
   // `join NAME` (precise rules 1, 4-6): NAME's rows follow the current
   // ones; the side with fewer columns is right-justified behind left pads.
-  Result Join(const Statement& st) {
+  Result Join(const trace::JoinOp& st) {
     const auto it = layouts_.find(st.name);
     if (it == layouts_.end()) return Result::Refused("join of an unknown name");
     if (st.name == current_) return Result::Refused("join of a layout into itself");
@@ -444,7 +453,7 @@ class Model {
   }
 
   // `filter R0,R1,..`: a non-empty, strictly ascending list of rows.
-  Result Filter(const Statement& st) {
+  Result Filter(const trace::FilterOp& st) {
     LayoutState& s = Cur();
     if (s.armed) return Result::Refused("filter while armed");
     for (size_t i = 0; i < st.rows.size(); ++i) {
@@ -466,7 +475,7 @@ class Model {
   // peak is its token count (README: an extracted ring row is trimmable
   // exactly like a fresh single-row ring), no round, no last forward. The
   // current layout does not change.
-  Result Extract(const Statement& st) {
+  Result Extract(const trace::ExtractOp& st) {
     if (layouts_.count(st.name)) return Result::Refused("extract onto an existing name");
     const LayoutState& s = Cur();
     if (s.armed) return Result::Refused("extract while armed");
@@ -491,10 +500,11 @@ class Model {
   }
 
   Result ExpectSees(const Statement& st) {
+    const trace::ExpectSees& e = st.Get<trace::ExpectSees>();
     const LayoutState& s = Cur();
-    std::vector<SeenItem> want = st.items;
+    std::vector<SeenItem> want = e.items;
     std::sort(want.begin(), want.end());
-    const auto it = s.last_forward.find(QueryKey{st.layer, st.row, st.pos});
+    const auto it = s.last_forward.find(QueryKey{e.layer, e.row, e.pos});
     if (!s.has_last_forward || it == s.last_forward.end() || it->second != want) Failed(st);
     return Result::Done();
   }
@@ -502,7 +512,7 @@ class Model {
   // `expect error OP`: OP must be refused. A refusal changes nothing in the
   // model; an OP that is not refused has run, and the expectation failed.
   Result ExpectError(const Statement& st) {
-    const Result r = Execute(*st.inner);
+    const Result r = Execute(*st.Get<trace::ExpectError>().inner);
     switch (r.kind) {
       case Result::kRefused:
         return Result::Done();
@@ -523,7 +533,7 @@ class Model {
   // tokens differ in the last max(conv - 1, 2) positions; undecided when
   // only older tokens differ (model.h).
   Result ExpectEqual(const Statement& st) {
-    const auto it = layouts_.find(st.name);
+    const auto it = layouts_.find(st.Get<trace::ExpectEqual>().name);
     if (it == layouts_.end()) return Result::Refused("expect equal of an unknown name");
     const LayoutState& a = Cur();
     const LayoutState& b = it->second;

@@ -77,10 +77,10 @@
 // Resources: one counting pass and one parsing pass, both linear in the
 // input; no allocation is sized by a number read from the text (only by
 // counts of lines). Memory is the input's size in stored lines plus
-// sizeof(std::string) per line and sizeof(Statement) (about 330 bytes) per
-// statement: for pathological input made only of tiny statements (a 64 MiB
-// file of `arm` lines) that is about 90 times the input, ~360 MiB at the
-// 4 MiB cap.
+// sizeof(std::string) per line and sizeof(Statement) (96 bytes with
+// libstdc++ on x86-64) per statement, plus what a statement's lists hold:
+// for pathological input made only of tiny statements (a file of `arm`
+// lines) that is about 32 times the input, ~128 MiB at the 4 MiB cap.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -190,9 +190,14 @@ class Parser {
   bool ParseLayerLine();
   // words_[k] is an operation keyword / `expect`.
   bool ParseOperation(size_t k, Statement* s);
-  bool ParseWindowOptions(size_t i, bool is_window, Statement* s);
+  bool ParseWindowOptions(size_t i, bool is_window, WindowOp* s);
   bool ParseExpectation(size_t k, Statement* s);
-  bool ParseSeenOrOut(size_t i, const std::string& what, Statement* s);
+  bool ParseSeen(size_t i, ExpectSees* s);
+  bool ParseOut(size_t i, ExpectOut* s);
+  // `LAYER rR pP:` of `expect sees|out`; *tail is the offset in content_
+  // right after the ':'.
+  bool ParseQueryHead(size_t i, const std::string& statement, bool attention_only,
+                      int* layer, int32_t* row, int32_t* pos, size_t* tail);
 
   // Column right after the statement's last word: where a missing word goes.
   int EndCol() const {
@@ -539,62 +544,77 @@ bool Parser::ParseOperation(size_t k, Statement* s) {
   const std::string op(keyword.text);
   size_t i = k + 1;
   if (op == "window") {
-    s->op = Op::kWindow;
+    WindowOp& window = s->operation.emplace<WindowOp>();
     if (!Need(i, "window: expected the number of columns L")) return false;
     int32_t columns = 0;
     if (!ParseIntInRange(words_[i].text, words_[i].col, 1,
                          kMaxColumnsPerForward, "window: L", &columns)) {
       return false;
     }
-    s->columns = columns;
-    return ParseWindowOptions(i + 1, true, s);
+    window.columns = columns;
+    return ParseWindowOptions(i + 1, true, &window);
   }
   if (op == "decode") {
-    s->op = Op::kDecode;
-    s->columns = 1;
-    return ParseWindowOptions(i, false, s);
+    // Parsed as a window that accepts only ids=.
+    WindowOp options;
+    if (!ParseWindowOptions(i, false, &options)) return false;
+    DecodeOp& decode = s->operation.emplace<DecodeOp>();
+    decode.has_ids = options.has_ids;
+    decode.ids = std::move(options.ids);
+    return true;
   }
   if (op == "trim") {
-    s->op = Op::kTrim;
+    TrimOp& trim = s->operation.emplace<TrimOp>();
     if (!Need(i, "trim: expected the number of tokens N")) return false;
     int32_t count = 0;
     if (!ParseIntInRange(words_[i].text, words_[i].col, 0, kMaxInteger,
                          "trim: N", &count)) {
       return false;
     }
-    s->count = count;
+    trim.count = count;
     ++i;
     if (i < words_.size() && words_[i].text == "bypass") {
-      s->bypass = true;
+      trim.bypass = true;
       ++i;
     }
     return End(i, "trim");
   }
   if (op == "arm" || op == "reload") {
-    s->op = op == "arm" ? Op::kArm : Op::kReload;
+    if (op == "arm") {
+      s->operation.emplace<ArmOp>();
+    } else {
+      s->operation.emplace<ReloadOp>();
+    }
     return End(i, op);
   }
   if (op == "accept") {
-    s->op = Op::kAccept;
+    AcceptOp& accept = s->operation.emplace<AcceptOp>();
     if (!Need(i, "accept: expected K or K0,K1,..")) return false;
-    if (!ParseIntList(words_[i].text, words_[i].col, &s->keep)) return false;
+    if (!ParseIntList(words_[i].text, words_[i].col, &accept.keep)) return false;
     return End(i + 1, op);
   }
   if (op == "fork" || op == "use" || op == "join") {
-    s->op = op == "fork" ? Op::kFork : op == "use" ? Op::kUse : Op::kJoin;
-    if (s->op == Op::kFork && !CountForkExtract(keyword)) return false;
+    if (op == "fork" && !CountForkExtract(keyword)) return false;
     if (!Need(i, op + ": expected a layout name")) return false;
-    if (!ParseName(words_[i], op, &s->name)) return false;
+    std::string name;
+    if (!ParseName(words_[i], op, &name)) return false;
+    if (op == "fork") {
+      s->operation = ForkOp{std::move(name)};
+    } else if (op == "use") {
+      s->operation = UseOp{std::move(name)};
+    } else {
+      s->operation = JoinOp{std::move(name)};
+    }
     return End(i + 1, op);
   }
   if (op == "filter") {
-    s->op = Op::kFilter;
+    FilterOp& filter = s->operation.emplace<FilterOp>();
     if (!Need(i, "filter: expected rows R0,R1,..")) return false;
-    if (!ParseIntList(words_[i].text, words_[i].col, &s->rows)) return false;
+    if (!ParseIntList(words_[i].text, words_[i].col, &filter.rows)) return false;
     return End(i + 1, op);
   }
   if (op == "extract") {
-    s->op = Op::kExtract;
+    ExtractOp& extract = s->operation.emplace<ExtractOp>();
     if (!CountForkExtract(keyword)) return false;
     if (!Need(i, "extract: expected `R as NAME`")) return false;
     int32_t row = 0;
@@ -602,7 +622,7 @@ bool Parser::ParseOperation(size_t k, Statement* s) {
                          "extract: R", &row)) {
       return false;
     }
-    s->row = row;
+    extract.row = row;
     ++i;
     if (!Need(i, "extract: expected `as NAME` after the row")) return false;
     if (words_[i].text != "as") {
@@ -611,13 +631,13 @@ bool Parser::ParseOperation(size_t k, Statement* s) {
     }
     ++i;
     if (!Need(i, "extract: expected a layout name after `as`")) return false;
-    if (!ParseName(words_[i], "extract", &s->name)) return false;
+    if (!ParseName(words_[i], "extract", &extract.name)) return false;
     return End(i + 1, op);
   }
   return Fail(keyword.col, "unknown operation " + Quote(keyword.text));
 }
 
-bool Parser::ParseWindowOptions(size_t i, bool is_window, Statement* s) {
+bool Parser::ParseWindowOptions(size_t i, bool is_window, WindowOp* s) {
   const char* statement = is_window ? "window" : "decode";
   for (; i < words_.size(); ++i) {
     const Word& w = words_[i];
@@ -671,19 +691,18 @@ bool Parser::ParseExpectation(size_t k, Statement* s) {
   const std::string what(what_word.text);
   const std::string statement = "expect " + what;
   ++i;
-  if (what == "sees" || what == "out") {
-    return ParseSeenOrOut(i, what, s);
-  }
+  if (what == "sees") return ParseSeen(i, &s->operation.emplace<ExpectSees>());
+  if (what == "out") return ParseOut(i, &s->operation.emplace<ExpectOut>());
   if (what == "positions") {
-    s->op = Op::kExpectPositions;
+    ExpectPositions& positions = s->operation.emplace<ExpectPositions>();
     if (!Need(i, "expect positions: expected N0,N1,..")) return false;
-    if (!ParseIntList(words_[i].text, words_[i].col, &s->positions)) {
+    if (!ParseIntList(words_[i].text, words_[i].col, &positions.positions)) {
       return false;
     }
     return End(i + 1, statement);
   }
   if (what == "error") {
-    s->op = Op::kExpectError;
+    ExpectError& error = s->operation.emplace<ExpectError>();
     if (!Need(i, "expect error: expected an operation")) return false;
     const Word& inner_word = words_[i];
     if (inner_word.text == "expect") {
@@ -697,39 +716,39 @@ bool Parser::ParseExpectation(size_t k, Statement* s) {
     auto inner = std::make_shared<Statement>();
     inner->line = line_;
     if (!ParseOperation(i, inner.get())) return false;
-    s->inner = std::move(inner);
+    error.inner = std::move(inner);
     return true;
   }
   if (what == "equal") {
-    s->op = Op::kExpectEqual;
+    ExpectEqual& equal = s->operation.emplace<ExpectEqual>();
     if (!Need(i, "expect equal: expected a layout name")) return false;
-    if (!ParseName(words_[i], "expect equal", &s->name)) {
+    if (!ParseName(words_[i], "expect equal", &equal.name)) {
       return false;
     }
     return End(i + 1, statement);
   }
   if (what == "trimmable" || what == "kind" || what == "bytes_per_token") {
-    s->op = what == "trimmable" ? Op::kExpectTrimmable
-            : what == "kind"    ? Op::kExpectKind
-                                : Op::kExpectBytesPerToken;
     if (!Need(i, statement + ": expected a layer name")) return false;
-    if (!ParseLayerRef(words_[i], statement, false, &s->layer)) return false;
+    int layer = -1;
+    if (!ParseLayerRef(words_[i], statement, false, &layer)) return false;
     ++i;
-    if (s->op == Op::kExpectTrimmable) {
+    if (what == "trimmable") {
       if (!Need(i, "expect trimmable: expected yes or no")) return false;
       if (words_[i].text != "yes" && words_[i].text != "no") {
         return Fail(words_[i].col, "expect trimmable: expected yes or no, got " +
                                        Quote(words_[i].text));
       }
-      s->yes = words_[i].text == "yes";
-    } else if (s->op == Op::kExpectKind) {
+      s->operation = ExpectTrimmable{layer, words_[i].text == "yes"};
+    } else if (what == "kind") {
       if (!Need(i, "expect kind: expected the kind string")) return false;
-      s->kind_string = std::string(words_[i].text);
+      s->operation = ExpectKind{layer, std::string(words_[i].text)};
     } else {
       if (!Need(i, "expect bytes_per_token: expected a byte count")) {
         return false;
       }
-      if (!ParseInt(words_[i].text, words_[i].col, &s->bytes)) return false;
+      int64_t bytes = 0;
+      if (!ParseInt(words_[i].text, words_[i].col, &bytes)) return false;
+      s->operation = ExpectBytesPerToken{layer, bytes};
     }
     return End(i + 1, statement);
   }
@@ -739,12 +758,11 @@ bool Parser::ParseExpectation(size_t k, Statement* s) {
                   "kind or bytes_per_token)");
 }
 
-bool Parser::ParseSeenOrOut(size_t i, const std::string& what, Statement* s) {
-  const bool sees = what == "sees";
-  const std::string statement = "expect " + what;
-  s->op = sees ? Op::kExpectSees : Op::kExpectOut;
+bool Parser::ParseQueryHead(size_t i, const std::string& statement,
+                            bool attention_only, int* layer, int32_t* row,
+                            int32_t* pos, size_t* tail) {
   if (!Need(i, statement + ": expected a layer name")) return false;
-  if (!ParseLayerRef(words_[i], statement, sees, &s->layer)) return false;
+  if (!ParseLayerRef(words_[i], statement, attention_only, layer)) return false;
   ++i;
 
   if (!Need(i, statement + ": expected rROW (like r0)")) return false;
@@ -754,7 +772,7 @@ bool Parser::ParseSeenOrOut(size_t i, const std::string& what, Statement* s) {
                                   Quote(row_word.text));
   }
   if (!ParseIntInRange(row_word.text.substr(1), row_word.col + 1, 0,
-                       kMaxInteger, "row", &s->row)) {
+                       kMaxInteger, "row", row)) {
     return false;
   }
   ++i;
@@ -770,45 +788,57 @@ bool Parser::ParseSeenOrOut(size_t i, const std::string& what, Statement* s) {
       colon == std::string_view::npos ? pos_word.text.substr(1)
                                       : pos_word.text.substr(1, colon - 1);
   if (!ParseIntInRange(digits, pos_word.col + 1, 0, kMaxInteger, "position",
-                       &s->pos)) {
+                       pos)) {
     return false;
   }
-  // Offset in content_ of the first character after the ':'.
-  size_t tail = 0;
   if (colon != std::string_view::npos) {
-    tail = static_cast<size_t>(pos_word.col - 1) + colon + 1;
-  } else {
-    ++i;
-    if (i >= words_.size()) {
-      return Fail(EndCol(), statement + ": expected ':' after " +
-                                Quote(pos_word.text));
-    }
-    if (words_[i].text[0] != ':') {
-      return Fail(words_[i].col, statement + ": expected ':' after " +
-                                     Quote(pos_word.text) + ", got " +
-                                     Quote(words_[i].text));
-    }
-    tail = static_cast<size_t>(words_[i].col - 1) + 1;
+    *tail = static_cast<size_t>(pos_word.col - 1) + colon + 1;
+    return true;
   }
+  ++i;
+  if (i >= words_.size()) {
+    return Fail(EndCol(), statement + ": expected ':' after " +
+                              Quote(pos_word.text));
+  }
+  if (words_[i].text[0] != ':') {
+    return Fail(words_[i].col, statement + ": expected ':' after " +
+                                   Quote(pos_word.text) + ", got " +
+                                   Quote(words_[i].text));
+  }
+  *tail = static_cast<size_t>(words_[i].col - 1) + 1;
+  return true;
+}
 
-  if (sees) {
-    return ScanItems(tail, [&](std::string_view item, int col) {
-      SeenItem seen;
-      const size_t sep = item.find(':');
-      int64_t value = 0;
-      if (!ParseInt(item.substr(0, sep), col, &value)) return false;
-      seen.pos = static_cast<int32_t>(value);
-      seen.id = seen.pos;
-      if (sep != std::string_view::npos) {
-        if (!ParseInt(item.substr(sep + 1), col + static_cast<int>(sep) + 1,
-                      &value)) {
-          return false;
-        }
-        seen.id = static_cast<int32_t>(value);
+bool Parser::ParseSeen(size_t i, ExpectSees* s) {
+  size_t tail = 0;
+  if (!ParseQueryHead(i, "expect sees", true, &s->layer, &s->row, &s->pos,
+                      &tail)) {
+    return false;
+  }
+  return ScanItems(tail, [&](std::string_view item, int col) {
+    SeenItem seen;
+    const size_t sep = item.find(':');
+    int64_t value = 0;
+    if (!ParseInt(item.substr(0, sep), col, &value)) return false;
+    seen.pos = static_cast<int32_t>(value);
+    seen.id = seen.pos;
+    if (sep != std::string_view::npos) {
+      if (!ParseInt(item.substr(sep + 1), col + static_cast<int>(sep) + 1,
+                    &value)) {
+        return false;
       }
-      s->items.push_back(seen);
-      return true;
-    });
+      seen.id = static_cast<int32_t>(value);
+    }
+    s->items.push_back(seen);
+    return true;
+  });
+}
+
+bool Parser::ParseOut(size_t i, ExpectOut* s) {
+  size_t tail = 0;
+  if (!ParseQueryHead(i, "expect out", false, &s->layer, &s->row, &s->pos,
+                      &tail)) {
+    return false;
   }
   if (!ScanItems(tail, [&](std::string_view item, int col) {
         double value = 0;

@@ -1,8 +1,10 @@
 // Unit tests of the trace parser (trace/parse.cc, ../shared/TRACE.md).
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -46,6 +48,19 @@ Statement ParseOne(std::string_view body) {
   if (program.body.size() != 1) return Statement{};
   EXPECT_EQ(program.body[0].line, kHeaderLines + 1);
   return program.body[0];
+}
+
+// The fields of `s`, which must be a T statement (a failure and empty
+// fields otherwise).
+template <typename T>
+const T& Fields(const Statement& s) {
+  static const T kNone{};
+  const T* fields = std::get_if<T>(&s.operation);
+  if (fields == nullptr) {
+    ADD_FAILURE() << "line " << s.line << " holds op " << static_cast<int>(s.op());
+    return kNone;
+  }
+  return *fields;
 }
 
 // A string literal with its embedded NUL bytes (without the final one).
@@ -114,30 +129,30 @@ TEST(TraceParseTest, ExampleFromTraceMd) {
                                Op::kAccept,      Op::kExpectPositions,
                                Op::kDecode,      Op::kExpectSees};
   for (size_t i = 0; i < ops.size(); ++i) {
-    EXPECT_EQ(p.body[i].op, ops[i]) << i;
+    EXPECT_EQ(p.body[i].op(), ops[i]) << i;
     EXPECT_EQ(p.body[i].line, static_cast<int>(i) + 5) << i;
   }
-  EXPECT_EQ(p.body[0].columns, 3);
-  EXPECT_FALSE(p.body[0].has_ids);
-  EXPECT_FALSE(p.body[0].has_left);
-  EXPECT_FALSE(p.body[0].has_right);
-  EXPECT_EQ(p.body[2].columns, 3);
-  EXPECT_TRUE(p.body[2].has_ids);
-  ASSERT_EQ(p.body[2].ids.size(), 1u);
-  EXPECT_EQ(p.body[2].ids[0], (std::vector<int32_t>{103, 104, 105}));
-  EXPECT_EQ(p.body[3].layer, 0);
-  EXPECT_EQ(p.body[3].row, 0);
-  EXPECT_EQ(p.body[3].pos, 5);
-  EXPECT_EQ(p.body[3].items,
+  EXPECT_EQ(Fields<WindowOp>(p.body[0]).columns, 3);
+  EXPECT_FALSE(Fields<WindowOp>(p.body[0]).has_ids);
+  EXPECT_FALSE(Fields<WindowOp>(p.body[0]).has_left);
+  EXPECT_FALSE(Fields<WindowOp>(p.body[0]).has_right);
+  EXPECT_EQ(Fields<WindowOp>(p.body[2]).columns, 3);
+  EXPECT_TRUE(Fields<WindowOp>(p.body[2]).has_ids);
+  ASSERT_EQ(Fields<WindowOp>(p.body[2]).ids.size(), 1u);
+  EXPECT_EQ(Fields<WindowOp>(p.body[2]).ids[0], (std::vector<int32_t>{103, 104, 105}));
+  EXPECT_EQ(Fields<ExpectSees>(p.body[3]).layer, 0);
+  EXPECT_EQ(Fields<ExpectSees>(p.body[3]).row, 0);
+  EXPECT_EQ(Fields<ExpectSees>(p.body[3]).pos, 5);
+  EXPECT_EQ(Fields<ExpectSees>(p.body[3]).items,
             (std::vector<SeenItem>{{2, 2}, {3, 103}, {4, 104}, {5, 105}}));
-  EXPECT_EQ(p.body[4].keep, (std::vector<int32_t>{1}));
-  EXPECT_EQ(p.body[5].positions, (std::vector<int32_t>{4}));
-  EXPECT_EQ(p.body[6].columns, 1);
-  EXPECT_TRUE(p.body[6].has_ids);
-  ASSERT_EQ(p.body[6].ids.size(), 1u);
-  EXPECT_EQ(p.body[6].ids[0], (std::vector<int32_t>{204}));
-  EXPECT_EQ(p.body[7].pos, 4);
-  EXPECT_EQ(p.body[7].items, (std::vector<SeenItem>{
+  EXPECT_EQ(Fields<AcceptOp>(p.body[4]).keep, (std::vector<int32_t>{1}));
+  EXPECT_EQ(Fields<ExpectPositions>(p.body[5]).positions, (std::vector<int32_t>{4}));
+  EXPECT_EQ(Fields<DecodeOp>(p.body[6]).AsWindow().columns, 1);
+  EXPECT_TRUE(Fields<DecodeOp>(p.body[6]).has_ids);
+  ASSERT_EQ(Fields<DecodeOp>(p.body[6]).ids.size(), 1u);
+  EXPECT_EQ(Fields<DecodeOp>(p.body[6]).ids[0], (std::vector<int32_t>{204}));
+  EXPECT_EQ(Fields<ExpectSees>(p.body[7]).pos, 4);
+  EXPECT_EQ(Fields<ExpectSees>(p.body[7]).items, (std::vector<SeenItem>{
                                  {1, 1}, {2, 2}, {3, 103}, {4, 204}}));
 }
 
@@ -152,7 +167,7 @@ TEST(TraceParseTest, CrlfLinesAreAccepted) {
   EXPECT_EQ(p.lines[0], "trace 1");
   EXPECT_EQ(p.lines[11], "expect sees s r0 p4: 1 2 3:103 4:204");
   ASSERT_EQ(p.body.size(), 8u);
-  EXPECT_EQ(p.body[7].items.back(), (SeenItem{4, 204}));
+  EXPECT_EQ(Fields<ExpectSees>(p.body[7]).items.back(), (SeenItem{4, 204}));
   // A final line without '\n' but with '\r'.
   const Program q = MustParse("trace 1\r\nrows 3\r\nlayer a kv\r");
   EXPECT_EQ(q.rows, 3);
@@ -175,7 +190,7 @@ TEST(TraceParseTest, LinesCommentsBlanksAndTabs) {
   EXPECT_EQ(p.lines[1], "");
   EXPECT_EQ(p.lines[2], "\ttrace\t1   # version");
   ASSERT_EQ(p.body.size(), 1u);
-  EXPECT_EQ(p.body[0].op, Op::kArm);
+  EXPECT_EQ(p.body[0].op(), Op::kArm);
   EXPECT_EQ(p.body[0].line, 7);
 }
 
@@ -246,194 +261,195 @@ TEST(TraceParseTest, ThirtyTwoLayersAreAllowed) {
 
 TEST(TraceParseTest, WindowStatement) {
   Statement s = ParseOne("window 4096 ids=5,6//7 right=0,1 left=2,0");
-  EXPECT_EQ(s.op, Op::kWindow);
-  EXPECT_EQ(s.columns, 4096);
-  EXPECT_TRUE(s.has_left);
-  EXPECT_TRUE(s.has_right);
-  EXPECT_TRUE(s.has_ids);
-  EXPECT_EQ(s.left, (std::vector<int32_t>{2, 0}));
-  EXPECT_EQ(s.right, (std::vector<int32_t>{0, 1}));
-  ASSERT_EQ(s.ids.size(), 3u);
-  EXPECT_EQ(s.ids[0], (std::vector<int32_t>{5, 6}));
-  EXPECT_TRUE(s.ids[1].empty());
-  EXPECT_EQ(s.ids[2], (std::vector<int32_t>{7}));
+  EXPECT_EQ(s.op(), Op::kWindow);
+  EXPECT_EQ(Fields<WindowOp>(s).columns, 4096);
+  EXPECT_TRUE(Fields<WindowOp>(s).has_left);
+  EXPECT_TRUE(Fields<WindowOp>(s).has_right);
+  EXPECT_TRUE(Fields<WindowOp>(s).has_ids);
+  EXPECT_EQ(Fields<WindowOp>(s).left, (std::vector<int32_t>{2, 0}));
+  EXPECT_EQ(Fields<WindowOp>(s).right, (std::vector<int32_t>{0, 1}));
+  ASSERT_EQ(Fields<WindowOp>(s).ids.size(), 3u);
+  EXPECT_EQ(Fields<WindowOp>(s).ids[0], (std::vector<int32_t>{5, 6}));
+  EXPECT_TRUE(Fields<WindowOp>(s).ids[1].empty());
+  EXPECT_EQ(Fields<WindowOp>(s).ids[2], (std::vector<int32_t>{7}));
 
   s = ParseOne("window 1 ids=");
-  EXPECT_EQ(s.columns, 1);
-  EXPECT_FALSE(s.has_left);
-  EXPECT_FALSE(s.has_right);
-  EXPECT_TRUE(s.has_ids);
-  ASSERT_EQ(s.ids.size(), 1u);
-  EXPECT_TRUE(s.ids[0].empty());
+  EXPECT_EQ(Fields<WindowOp>(s).columns, 1);
+  EXPECT_FALSE(Fields<WindowOp>(s).has_left);
+  EXPECT_FALSE(Fields<WindowOp>(s).has_right);
+  EXPECT_TRUE(Fields<WindowOp>(s).has_ids);
+  ASSERT_EQ(Fields<WindowOp>(s).ids.size(), 1u);
+  EXPECT_TRUE(Fields<WindowOp>(s).ids[0].empty());
 
   s = ParseOne("window 2 ids=/");
-  ASSERT_EQ(s.ids.size(), 2u);
-  EXPECT_TRUE(s.ids[0].empty());
-  EXPECT_TRUE(s.ids[1].empty());
+  ASSERT_EQ(Fields<WindowOp>(s).ids.size(), 2u);
+  EXPECT_TRUE(Fields<WindowOp>(s).ids[0].empty());
+  EXPECT_TRUE(Fields<WindowOp>(s).ids[1].empty());
 
   s = ParseOne("window 3 left=1");
-  EXPECT_TRUE(s.has_left);
-  EXPECT_FALSE(s.has_ids);
-  EXPECT_EQ(s.left, (std::vector<int32_t>{1}));
-  EXPECT_TRUE(s.ids.empty());
+  EXPECT_TRUE(Fields<WindowOp>(s).has_left);
+  EXPECT_FALSE(Fields<WindowOp>(s).has_ids);
+  EXPECT_EQ(Fields<WindowOp>(s).left, (std::vector<int32_t>{1}));
+  EXPECT_TRUE(Fields<WindowOp>(s).ids.empty());
 
   s = ParseOne("window 007 ids=2147483647,0");  // leading zeros are decimal
-  EXPECT_EQ(s.columns, 7);
-  EXPECT_EQ(s.ids[0], (std::vector<int32_t>{2147483647, 0}));
+  EXPECT_EQ(Fields<WindowOp>(s).columns, 7);
+  EXPECT_EQ(Fields<WindowOp>(s).ids[0], (std::vector<int32_t>{2147483647, 0}));
 }
 
 TEST(TraceParseTest, DecodeStatement) {
   Statement s = ParseOne("decode");
-  EXPECT_EQ(s.op, Op::kDecode);
-  EXPECT_EQ(s.columns, 1);
-  EXPECT_FALSE(s.has_ids);
+  EXPECT_EQ(s.op(), Op::kDecode);
+  EXPECT_EQ(Fields<DecodeOp>(s).AsWindow().columns, 1);
+  EXPECT_FALSE(Fields<DecodeOp>(s).has_ids);
   s = ParseOne("decode ids=10/20");
-  EXPECT_EQ(s.op, Op::kDecode);
-  EXPECT_TRUE(s.has_ids);
-  ASSERT_EQ(s.ids.size(), 2u);
-  EXPECT_EQ(s.ids[0], (std::vector<int32_t>{10}));
-  EXPECT_EQ(s.ids[1], (std::vector<int32_t>{20}));
+  EXPECT_EQ(s.op(), Op::kDecode);
+  EXPECT_TRUE(Fields<DecodeOp>(s).has_ids);
+  ASSERT_EQ(Fields<DecodeOp>(s).ids.size(), 2u);
+  EXPECT_EQ(Fields<DecodeOp>(s).ids[0], (std::vector<int32_t>{10}));
+  EXPECT_EQ(Fields<DecodeOp>(s).ids[1], (std::vector<int32_t>{20}));
   // Several ids per row are a run-time matter, not syntax.
   s = ParseOne("decode ids=1,2/");
-  EXPECT_EQ(s.ids[0], (std::vector<int32_t>{1, 2}));
-  EXPECT_TRUE(s.ids[1].empty());
+  EXPECT_EQ(Fields<DecodeOp>(s).ids[0], (std::vector<int32_t>{1, 2}));
+  EXPECT_TRUE(Fields<DecodeOp>(s).ids[1].empty());
 }
 
 TEST(TraceParseTest, TrimArmAcceptReload) {
   Statement s = ParseOne("trim 3");
-  EXPECT_EQ(s.op, Op::kTrim);
-  EXPECT_EQ(s.count, 3);
-  EXPECT_FALSE(s.bypass);
+  EXPECT_EQ(s.op(), Op::kTrim);
+  EXPECT_EQ(Fields<TrimOp>(s).count, 3);
+  EXPECT_FALSE(Fields<TrimOp>(s).bypass);
   s = ParseOne("trim 0 bypass");
-  EXPECT_EQ(s.count, 0);
-  EXPECT_TRUE(s.bypass);
-  EXPECT_EQ(ParseOne("arm").op, Op::kArm);
-  EXPECT_EQ(ParseOne("reload").op, Op::kReload);
+  EXPECT_EQ(Fields<TrimOp>(s).count, 0);
+  EXPECT_TRUE(Fields<TrimOp>(s).bypass);
+  EXPECT_EQ(ParseOne("arm").op(), Op::kArm);
+  EXPECT_EQ(ParseOne("reload").op(), Op::kReload);
   s = ParseOne("accept 2");
-  EXPECT_EQ(s.op, Op::kAccept);
-  EXPECT_EQ(s.keep, (std::vector<int32_t>{2}));
+  EXPECT_EQ(s.op(), Op::kAccept);
+  EXPECT_EQ(Fields<AcceptOp>(s).keep, (std::vector<int32_t>{2}));
   s = ParseOne("accept 0,3,1");
-  EXPECT_EQ(s.keep, (std::vector<int32_t>{0, 3, 1}));
+  EXPECT_EQ(Fields<AcceptOp>(s).keep, (std::vector<int32_t>{0, 3, 1}));
 }
 
 TEST(TraceParseTest, LayoutStatements) {
   Statement s = ParseOne("fork side_1");
-  EXPECT_EQ(s.op, Op::kFork);
-  EXPECT_EQ(s.name, "side_1");
+  EXPECT_EQ(s.op(), Op::kFork);
+  EXPECT_EQ(Fields<ForkOp>(s).name, "side_1");
   s = ParseOne("use main");
-  EXPECT_EQ(s.op, Op::kUse);
-  EXPECT_EQ(s.name, "main");
+  EXPECT_EQ(s.op(), Op::kUse);
+  EXPECT_EQ(Fields<UseOp>(s).name, "main");
   s = ParseOne("join b");
-  EXPECT_EQ(s.op, Op::kJoin);
-  EXPECT_EQ(s.name, "b");
+  EXPECT_EQ(s.op(), Op::kJoin);
+  EXPECT_EQ(Fields<JoinOp>(s).name, "b");
   s = ParseOne("filter 0,2,5");
-  EXPECT_EQ(s.op, Op::kFilter);
-  EXPECT_EQ(s.rows, (std::vector<int32_t>{0, 2, 5}));
+  EXPECT_EQ(s.op(), Op::kFilter);
+  EXPECT_EQ(Fields<FilterOp>(s).rows, (std::vector<int32_t>{0, 2, 5}));
   s = ParseOne("filter 1");
-  EXPECT_EQ(s.rows, (std::vector<int32_t>{1}));
+  EXPECT_EQ(Fields<FilterOp>(s).rows, (std::vector<int32_t>{1}));
   s = ParseOne("extract 1 as one");
-  EXPECT_EQ(s.op, Op::kExtract);
-  EXPECT_EQ(s.row, 1);
-  EXPECT_EQ(s.name, "one");
+  EXPECT_EQ(s.op(), Op::kExtract);
+  EXPECT_EQ(Fields<ExtractOp>(s).row, 1);
+  EXPECT_EQ(Fields<ExtractOp>(s).name, "one");
 }
 
 TEST(TraceParseTest, ExpectSees) {
   Statement s = ParseOne("expect sees k r1 p6: 0,1:7, 2 3:3");
-  EXPECT_EQ(s.op, Op::kExpectSees);
-  EXPECT_EQ(s.layer, 1);
-  EXPECT_EQ(s.row, 1);
-  EXPECT_EQ(s.pos, 6);
-  EXPECT_EQ(s.items,
+  EXPECT_EQ(s.op(), Op::kExpectSees);
+  EXPECT_EQ(Fields<ExpectSees>(s).layer, 1);
+  EXPECT_EQ(Fields<ExpectSees>(s).row, 1);
+  EXPECT_EQ(Fields<ExpectSees>(s).pos, 6);
+  EXPECT_EQ(Fields<ExpectSees>(s).items,
             (std::vector<SeenItem>{{0, 0}, {1, 7}, {2, 2}, {3, 3}}));
   // Separate colon, empty list.
   s = ParseOne("expect sees s r0 p0 :");
-  EXPECT_EQ(s.layer, 0);
-  EXPECT_EQ(s.pos, 0);
-  EXPECT_TRUE(s.items.empty());
+  EXPECT_EQ(Fields<ExpectSees>(s).layer, 0);
+  EXPECT_EQ(Fields<ExpectSees>(s).pos, 0);
+  EXPECT_TRUE(Fields<ExpectSees>(s).items.empty());
   s = ParseOne("expect sees s r0 p0:   # nothing visible");
-  EXPECT_TRUE(s.items.empty());
+  EXPECT_TRUE(Fields<ExpectSees>(s).items.empty());
   // Colon glued to the first item, either way.
   s = ParseOne("expect sees s r2 p9:8 9:90");
-  EXPECT_EQ(s.row, 2);
-  EXPECT_EQ(s.items, (std::vector<SeenItem>{{8, 8}, {9, 90}}));
+  EXPECT_EQ(Fields<ExpectSees>(s).row, 2);
+  EXPECT_EQ(Fields<ExpectSees>(s).items, (std::vector<SeenItem>{{8, 8}, {9, 90}}));
   s = ParseOne("expect sees s r0 p9 :8,9");
-  EXPECT_EQ(s.items, (std::vector<SeenItem>{{8, 8}, {9, 9}}));
+  EXPECT_EQ(Fields<ExpectSees>(s).items, (std::vector<SeenItem>{{8, 8}, {9, 9}}));
   s = ParseOne("expect sees s r0 p1:\t0\t1");
-  EXPECT_EQ(s.items, (std::vector<SeenItem>{{0, 0}, {1, 1}}));
+  EXPECT_EQ(Fields<ExpectSees>(s).items, (std::vector<SeenItem>{{0, 0}, {1, 1}}));
 }
 
 TEST(TraceParseTest, ExpectOut) {
   Statement s = ParseOne(
       "expect out r r0 p3: -0.5 1e-3 2.5E+2 .25 7. -1 +3 0,4.5");
-  EXPECT_EQ(s.op, Op::kExpectOut);
-  EXPECT_EQ(s.layer, 2);
-  EXPECT_EQ(s.row, 0);
-  EXPECT_EQ(s.pos, 3);
-  EXPECT_EQ(s.values, (std::vector<double>{-0.5, 1e-3, 250.0, 0.25, 7.0, -1.0,
+  EXPECT_EQ(s.op(), Op::kExpectOut);
+  EXPECT_EQ(Fields<ExpectOut>(s).layer, 2);
+  EXPECT_EQ(Fields<ExpectOut>(s).row, 0);
+  EXPECT_EQ(Fields<ExpectOut>(s).pos, 3);
+  EXPECT_EQ(Fields<ExpectOut>(s).values, (std::vector<double>{-0.5, 1e-3, 250.0, 0.25, 7.0, -1.0,
                                            3.0, 0.0, 4.5}));
   s = ParseOne("expect out k r1 p0 : 0.123456789");
-  EXPECT_EQ(s.layer, 1);
-  ASSERT_EQ(s.values.size(), 1u);
-  EXPECT_DOUBLE_EQ(s.values[0], 0.123456789);
+  EXPECT_EQ(Fields<ExpectOut>(s).layer, 1);
+  ASSERT_EQ(Fields<ExpectOut>(s).values.size(), 1u);
+  EXPECT_DOUBLE_EQ(Fields<ExpectOut>(s).values[0], 0.123456789);
   s = ParseOne("expect out s r0 p0:1e-400");  // underflow reads as 0
-  ASSERT_EQ(s.values.size(), 1u);
-  EXPECT_EQ(s.values[0], 0.0);
+  ASSERT_EQ(Fields<ExpectOut>(s).values.size(), 1u);
+  EXPECT_EQ(Fields<ExpectOut>(s).values[0], 0.0);
 }
 
 TEST(TraceParseTest, OtherExpectations) {
   Statement s = ParseOne("expect positions 4,0");
-  EXPECT_EQ(s.op, Op::kExpectPositions);
-  EXPECT_EQ(s.positions, (std::vector<int32_t>{4, 0}));
+  EXPECT_EQ(s.op(), Op::kExpectPositions);
+  EXPECT_EQ(Fields<ExpectPositions>(s).positions, (std::vector<int32_t>{4, 0}));
   s = ParseOne("expect equal other");
-  EXPECT_EQ(s.op, Op::kExpectEqual);
-  EXPECT_EQ(s.name, "other");
+  EXPECT_EQ(s.op(), Op::kExpectEqual);
+  EXPECT_EQ(Fields<ExpectEqual>(s).name, "other");
   s = ParseOne("expect trimmable s yes");
-  EXPECT_EQ(s.op, Op::kExpectTrimmable);
-  EXPECT_EQ(s.layer, 0);
-  EXPECT_TRUE(s.yes);
+  EXPECT_EQ(s.op(), Op::kExpectTrimmable);
+  EXPECT_EQ(Fields<ExpectTrimmable>(s).layer, 0);
+  EXPECT_TRUE(Fields<ExpectTrimmable>(s).yes);
   s = ParseOne("expect trimmable r no");
-  EXPECT_EQ(s.layer, 2);
-  EXPECT_FALSE(s.yes);
+  EXPECT_EQ(Fields<ExpectTrimmable>(s).layer, 2);
+  EXPECT_FALSE(Fields<ExpectTrimmable>(s).yes);
   s = ParseOne("expect kind k persisted(batched_kv)");
-  EXPECT_EQ(s.op, Op::kExpectKind);
-  EXPECT_EQ(s.layer, 1);
-  EXPECT_EQ(s.kind_string, "persisted(batched_kv)");
+  EXPECT_EQ(s.op(), Op::kExpectKind);
+  EXPECT_EQ(Fields<ExpectKind>(s).layer, 1);
+  EXPECT_EQ(Fields<ExpectKind>(s).kind_string, "persisted(batched_kv)");
   s = ParseOne("expect bytes_per_token k 128");
-  EXPECT_EQ(s.op, Op::kExpectBytesPerToken);
-  EXPECT_EQ(s.layer, 1);
-  EXPECT_EQ(s.bytes, 128);
+  EXPECT_EQ(s.op(), Op::kExpectBytesPerToken);
+  EXPECT_EQ(Fields<ExpectBytesPerToken>(s).layer, 1);
+  EXPECT_EQ(Fields<ExpectBytesPerToken>(s).bytes, 128);
   s = ParseOne("expect bytes_per_token r 0");
-  EXPECT_EQ(s.layer, 2);
-  EXPECT_EQ(s.bytes, 0);
-  EXPECT_EQ(ParseOne("arm").layer, -1);
+  EXPECT_EQ(Fields<ExpectBytesPerToken>(s).layer, 2);
+  EXPECT_EQ(Fields<ExpectBytesPerToken>(s).bytes, 0);
+  EXPECT_TRUE(std::holds_alternative<ArmOp>(ParseOne("arm").operation));
 }
 
 TEST(TraceParseTest, ExpectError) {
   Statement s = ParseOne("expect error trim 2 bypass");
-  EXPECT_EQ(s.op, Op::kExpectError);
-  ASSERT_NE(s.inner, nullptr);
-  EXPECT_EQ(s.inner->op, Op::kTrim);
-  EXPECT_EQ(s.inner->count, 2);
-  EXPECT_TRUE(s.inner->bypass);
-  EXPECT_EQ(s.inner->line, kHeaderLines + 1);
-  s = ParseOne("expect error window 3 left=4,0 ids=1/2");
-  ASSERT_NE(s.inner, nullptr);
-  EXPECT_EQ(s.inner->op, Op::kWindow);
-  EXPECT_EQ(s.inner->columns, 3);
-  EXPECT_EQ(s.inner->left, (std::vector<int32_t>{4, 0}));
-  EXPECT_EQ(s.inner->ids.size(), 2u);
-  s = ParseOne("expect error extract 9 as x");
-  ASSERT_NE(s.inner, nullptr);
-  EXPECT_EQ(s.inner->op, Op::kExtract);
-  EXPECT_EQ(s.inner->row, 9);
-  EXPECT_EQ(s.inner->name, "x");
+  EXPECT_EQ(s.op(), Op::kExpectError);
+  std::shared_ptr<Statement> inner = Fields<ExpectError>(s).inner;
+  ASSERT_NE(inner, nullptr);
+  EXPECT_EQ(inner->op(), Op::kTrim);
+  EXPECT_EQ(Fields<TrimOp>(*inner).count, 2);
+  EXPECT_TRUE(Fields<TrimOp>(*inner).bypass);
+  EXPECT_EQ(inner->line, kHeaderLines + 1);
+  inner = Fields<ExpectError>(ParseOne("expect error window 3 left=4,0 ids=1/2")).inner;
+  ASSERT_NE(inner, nullptr);
+  EXPECT_EQ(inner->op(), Op::kWindow);
+  EXPECT_EQ(Fields<WindowOp>(*inner).columns, 3);
+  EXPECT_EQ(Fields<WindowOp>(*inner).left, (std::vector<int32_t>{4, 0}));
+  EXPECT_EQ(Fields<WindowOp>(*inner).ids.size(), 2u);
+  inner = Fields<ExpectError>(ParseOne("expect error extract 9 as x")).inner;
+  ASSERT_NE(inner, nullptr);
+  EXPECT_EQ(inner->op(), Op::kExtract);
+  EXPECT_EQ(Fields<ExtractOp>(*inner).row, 9);
+  EXPECT_EQ(Fields<ExtractOp>(*inner).name, "x");
   // List lengths against rows are a run-time matter: 65 rows parse.
   std::string many = "expect error filter 0";
   for (int i = 1; i < 65; ++i) many += "," + std::to_string(i);
-  s = ParseOne(many);
-  ASSERT_NE(s.inner, nullptr);
-  EXPECT_EQ(s.inner->rows.size(), 65u);
-  EXPECT_EQ(s.inner->rows.back(), 64);
+  inner = Fields<ExpectError>(ParseOne(many)).inner;
+  ASSERT_NE(inner, nullptr);
+  EXPECT_EQ(Fields<FilterOp>(*inner).rows.size(), 65u);
+  EXPECT_EQ(Fields<FilterOp>(*inner).rows.back(), 64);
 }
 
 TEST(TraceParseTest, SixtyFourForksAndExtractsAreAllowed) {
@@ -575,7 +591,7 @@ TEST(TraceParseErrorTest, LayerDeclarations) {
 
 TEST(TraceParseErrorTest, Integers) {
   EXPECT_TRUE(BodyFailsAt("trim 2147483648", 1, 6, "out of range"));
-  EXPECT_EQ(ParseOne("trim 2147483647").count, 2147483647);  // the largest
+  EXPECT_EQ(Fields<TrimOp>(ParseOne("trim 2147483647")).count, 2147483647);  // the largest
   EXPECT_TRUE(BodyFailsAt("trim -1", 1, 6, "non-negative decimal integer"));
   EXPECT_TRUE(BodyFailsAt("trim +1", 1, 6, "non-negative decimal integer"));
   EXPECT_TRUE(BodyFailsAt("trim 1x", 1, 7, "non-negative decimal integer"));
@@ -592,7 +608,7 @@ TEST(TraceParseErrorTest, Integers) {
   EXPECT_TRUE(BodyFailsAt("trim " + std::string(1 << 20, '9'), 1, 6,
                           "out of range"));
   const Statement s = ParseOne("trim " + std::string(1 << 20, '0') + "12");
-  EXPECT_EQ(s.count, 12);
+  EXPECT_EQ(Fields<TrimOp>(s).count, 12);
 }
 
 TEST(TraceParseErrorTest, Lists) {

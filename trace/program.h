@@ -8,10 +8,13 @@
 // the runner, which reports it as a refusal.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "core/layer_config.h"
@@ -64,46 +67,156 @@ struct SeenItem {
   }
 };
 
-struct Statement {
-  Op op = Op::kArm;
-  int line = 0;  // 1-based line in the file
+struct Statement;
 
-  // window / decode
-  int columns = 1;                   // L (decode: 1)
+// One struct per statement kind, each with only its own fields. Lists are
+// kept as written; their lengths against `rows`, the names of layouts and
+// the order of rows are the runner's to check (refusals).
+
+// `window L [left=..] [right=..] [ids=..]`
+struct WindowOp {
+  int columns = 1;  // L
   bool has_left = false, has_right = false, has_ids = false;
-  std::vector<int32_t> left, right;  // one per row (checked at run time)
+  std::vector<int32_t> left, right;       // one per row
   std::vector<std::vector<int32_t>> ids;  // one group per row, '/'-separated
+};
 
-  // trim
-  int32_t count = 0;  // trim N
+// `decode [ids=..]`: one column per row, no padding.
+struct DecodeOp {
+  bool has_ids = false;
+  std::vector<std::vector<int32_t>> ids;
+  // The same forward as a `window 1` with these ids (what a runner executes).
+  WindowOp AsWindow() const {
+    WindowOp window;
+    window.has_ids = has_ids;
+    window.ids = ids;
+    return window;
+  }
+};
+
+// `trim N [bypass]`
+struct TrimOp {
+  int32_t count = 0;
   bool bypass = false;
+};
 
-  // accept: one value (applies to every row) or one per row
+struct ArmOp {};
+
+// `accept K` (every row) or `accept K0,K1,..` (one per row)
+struct AcceptOp {
   std::vector<int32_t> keep;
+};
 
-  // fork / use / join / expect equal / extract ... as NAME
+struct ForkOp {
   std::string name;
-  // filter: the rows to keep (syntax only; ascending/existence at run time)
+};
+
+struct UseOp {
+  std::string name;
+};
+
+struct JoinOp {
+  std::string name;
+};
+
+// `filter R0,R1,..`: the rows to keep (ascending and existing: run time)
+struct FilterOp {
   std::vector<int32_t> rows;
-  // extract R / expect sees|out LAYER rR pP
+};
+
+// `extract R as NAME`
+struct ExtractOp {
+  int32_t row = 0;
+  std::string name;
+};
+
+struct ReloadOp {};
+
+// `expect sees LAYER rR pP: ITEMS`; layer indexes Program::layers.
+struct ExpectSees {
+  int layer = -1;
   int32_t row = 0;
   int32_t pos = 0;
-  int layer = -1;  // index into Program::layers for expectations
+  std::vector<SeenItem> items;  // order as written
+};
 
-  // expect sees: the listed items (order as written)
-  std::vector<SeenItem> items;
-  // expect out: the values
+// `expect out LAYER rR pP: VALUES`
+struct ExpectOut {
+  int layer = -1;
+  int32_t row = 0;
+  int32_t pos = 0;
   std::vector<double> values;
-  // expect positions: one per row
+};
+
+// `expect positions N0,N1,..`: one per row
+struct ExpectPositions {
   std::vector<int32_t> positions;
-  // expect trimmable
-  bool yes = false;
-  // expect kind
-  std::string kind_string;
-  // expect bytes_per_token
-  int64_t bytes = 0;
-  // expect error OP: the operation that must be refused
+};
+
+// `expect error OP`: the operation that must be refused (never null in a
+// parsed program; its line is the expectation's).
+struct ExpectError {
   std::shared_ptr<Statement> inner;
+};
+
+// `expect equal NAME`
+struct ExpectEqual {
+  std::string name;
+};
+
+// `expect trimmable LAYER yes|no`
+struct ExpectTrimmable {
+  int layer = -1;
+  bool yes = false;
+};
+
+// `expect kind LAYER STRING`
+struct ExpectKind {
+  int layer = -1;
+  std::string kind_string;
+};
+
+// `expect bytes_per_token LAYER N`
+struct ExpectBytesPerToken {
+  int layer = -1;
+  int64_t bytes = 0;
+};
+
+// Alternatives in the order of Op, so that op() is the variant's index.
+using Operation =
+    std::variant<WindowOp, DecodeOp, TrimOp, ArmOp, AcceptOp, ForkOp, UseOp, JoinOp,
+                 FilterOp, ExtractOp, ReloadOp, ExpectSees, ExpectOut, ExpectPositions,
+                 ExpectError, ExpectEqual, ExpectTrimmable, ExpectKind,
+                 ExpectBytesPerToken>;
+template <Op op, typename T>
+inline constexpr bool kOpHolds =
+    std::is_same_v<std::variant_alternative_t<static_cast<size_t>(op), Operation>, T>;
+static_assert(std::variant_size_v<Operation> ==
+                  static_cast<size_t>(Op::kExpectBytesPerToken) + 1 &&
+              kOpHolds<Op::kWindow, WindowOp> && kOpHolds<Op::kDecode, DecodeOp> &&
+              kOpHolds<Op::kTrim, TrimOp> && kOpHolds<Op::kArm, ArmOp> &&
+              kOpHolds<Op::kAccept, AcceptOp> && kOpHolds<Op::kFork, ForkOp> &&
+              kOpHolds<Op::kUse, UseOp> && kOpHolds<Op::kJoin, JoinOp> &&
+              kOpHolds<Op::kFilter, FilterOp> && kOpHolds<Op::kExtract, ExtractOp> &&
+              kOpHolds<Op::kReload, ReloadOp> && kOpHolds<Op::kExpectSees, ExpectSees> &&
+              kOpHolds<Op::kExpectOut, ExpectOut> &&
+              kOpHolds<Op::kExpectPositions, ExpectPositions> &&
+              kOpHolds<Op::kExpectError, ExpectError> &&
+              kOpHolds<Op::kExpectEqual, ExpectEqual> &&
+              kOpHolds<Op::kExpectTrimmable, ExpectTrimmable> &&
+              kOpHolds<Op::kExpectKind, ExpectKind> &&
+              kOpHolds<Op::kExpectBytesPerToken, ExpectBytesPerToken>);
+
+struct Statement {
+  int line = 0;  // 1-based line in the file
+  Operation operation = ArmOp{};
+
+  Op op() const { return static_cast<Op>(operation.index()); }
+  // The statement's fields; T must be the statement's alternative.
+  template <typename T>
+  const T& Get() const {
+    return std::get<T>(operation);
+  }
 };
 
 struct Program {

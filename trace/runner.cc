@@ -188,8 +188,8 @@ class Runner {
     if (opt_.emit) {
       // Expectations the run regenerates are dropped from the echo.
       for (const Statement& st : p_.body) {
-        if (st.op == Op::kExpectSees || st.op == Op::kExpectPositions ||
-            (opt_.values && st.op == Op::kExpectOut)) {
+        if (st.op() == Op::kExpectSees || st.op() == Op::kExpectPositions ||
+            (opt_.values && st.op() == Op::kExpectOut)) {
           drop_lines_.insert(st.line);
         }
       }
@@ -271,12 +271,14 @@ class Runner {
   }
 
   Outcome Execute(const Statement& st) {
-    switch (st.op) {
+    switch (st.op()) {
       case Op::kWindow:
+        return Forward(st, st.Get<WindowOp>(), false);
       case Op::kDecode:
-        return Forward(st);
+        return Forward(st, st.Get<DecodeOp>().AsWindow(), true);
       case Op::kTrim: {
-        Status s = Cur().Trim(st.count, st.bypass);
+        const TrimOp& trim = st.Get<TrimOp>();
+        Status s = Cur().Trim(trim.count, trim.bypass);
         if (!s.ok()) return Outcome::Refused(s.message());
         EmitPositions(st);
         return {};
@@ -287,36 +289,39 @@ class Runner {
         return {};
       }
       case Op::kAccept: {
-        Status s = Cur().Accept(st.keep);
+        Status s = Cur().Accept(st.Get<AcceptOp>().keep);
         if (!s.ok()) return Outcome::Refused(s.message());
         PrintStates();
         EmitPositions(st);
         return {};
       }
       case Op::kFork: {
-        if (layouts_.count(st.name)) {
-          return Outcome::Refused("fork: a layout named '" + st.name + "' exists");
+        const std::string& name = st.Get<ForkOp>().name;
+        if (layouts_.count(name)) {
+          return Outcome::Refused("fork: a layout named '" + name + "' exists");
         }
         if (Outcome o = Budget(Cur().allocatedBytes(), "fork"); o.code) return o;
         NamedLayout copy;
         copy.layout = Cur().Copy();
         copy.last = Last();
-        layouts_[st.name] = std::move(copy);
+        layouts_[name] = std::move(copy);
         return {};
       }
       case Op::kUse: {
-        if (!layouts_.count(st.name)) {
-          return Outcome::Refused("use: no layout named '" + st.name + "'");
+        const std::string& name = st.Get<UseOp>().name;
+        if (!layouts_.count(name)) {
+          return Outcome::Refused("use: no layout named '" + name + "'");
         }
-        current_ = st.name;
+        current_ = name;
         return {};
       }
       case Op::kJoin: {
-        auto it = layouts_.find(st.name);
+        const std::string& name = st.Get<JoinOp>().name;
+        auto it = layouts_.find(name);
         if (it == layouts_.end()) {
-          return Outcome::Refused("join: no layout named '" + st.name + "'");
+          return Outcome::Refused("join: no layout named '" + name + "'");
         }
-        if (st.name == current_) return Outcome::Refused("join: a layout cannot join itself");
+        if (name == current_) return Outcome::Refused("join: a layout cannot join itself");
         const Layout& other = *it->second.layout;
         if (Outcome o = Budget(other.allocatedBytes() + Cur().allocatedBytes(), "join"); o.code) {
           return o;
@@ -331,23 +336,24 @@ class Runner {
         return {};
       }
       case Op::kFilter: {
-        Status s = Cur().Filter(st.rows);
+        Status s = Cur().Filter(st.Get<FilterOp>().rows);
         if (!s.ok()) return Outcome::Refused(s.message());
         Last() = LastForward();
         return {};
       }
       case Op::kExtract: {
-        if (layouts_.count(st.name)) {
-          return Outcome::Refused("extract: a layout named '" + st.name + "' exists");
+        const ExtractOp& extract = st.Get<ExtractOp>();
+        if (layouts_.count(extract.name)) {
+          return Outcome::Refused("extract: a layout named '" + extract.name + "' exists");
         }
         if (Outcome o = Budget(Cur().allocatedBytes() / std::max(1, Cur().rows()), "extract");
             o.code) {
           return o;
         }
         std::unique_ptr<Layout> extracted;
-        Status s = Cur().Extract(st.row, &extracted);
+        Status s = Cur().Extract(extract.row, &extracted);
         if (!s.ok()) return Outcome::Refused(s.message());
-        layouts_[st.name].layout = std::move(extracted);
+        layouts_[extract.name].layout = std::move(extracted);
         return {};
       }
       case Op::kReload: {
@@ -373,35 +379,38 @@ class Runner {
         return {};
       }
       case Op::kExpectSees:
-        return ExpectSees(st);
+        return CheckSees(st, st.Get<ExpectSees>());
       case Op::kExpectOut:
-        return ExpectOut(st);
+        return CheckOut(st, st.Get<ExpectOut>());
       case Op::kExpectPositions:
-        return ExpectPositions(st);
+        return CheckPositions(st, st.Get<ExpectPositions>());
       case Op::kExpectError:
-        return ExpectError(st);
+        return CheckError(st, st.Get<ExpectError>());
       case Op::kExpectEqual:
-        return ExpectEqual(st);
+        return CheckEqual(st, st.Get<ExpectEqual>());
       case Op::kExpectTrimmable: {
-        const bool got = Cur().cache(st.layer).isTrimmable();
-        if (got != st.yes) {
-          Failed(st, "trimmable " + p_.layers[st.layer].name + " " + (st.yes ? "yes" : "no"),
+        const ExpectTrimmable& e = st.Get<ExpectTrimmable>();
+        const bool got = Cur().cache(e.layer).isTrimmable();
+        if (got != e.yes) {
+          Failed(st, "trimmable " + p_.layers[e.layer].name + " " + (e.yes ? "yes" : "no"),
                  got ? "yes" : "no");
         }
         return {};
       }
       case Op::kExpectKind: {
-        const std::string got = Cur().cache(st.layer).kind();
-        if (got != st.kind_string) {
-          Failed(st, "kind " + p_.layers[st.layer].name + " " + st.kind_string, got);
+        const ExpectKind& e = st.Get<ExpectKind>();
+        const std::string got = Cur().cache(e.layer).kind();
+        if (got != e.kind_string) {
+          Failed(st, "kind " + p_.layers[e.layer].name + " " + e.kind_string, got);
         }
         return {};
       }
       case Op::kExpectBytesPerToken: {
-        const int64_t got = static_cast<int64_t>(Cur().cache(st.layer).bytesPerToken());
-        if (got != st.bytes) {
-          Failed(st, "bytes_per_token " + p_.layers[st.layer].name + " " +
-                         std::to_string(st.bytes),
+        const ExpectBytesPerToken& e = st.Get<ExpectBytesPerToken>();
+        const int64_t got = static_cast<int64_t>(Cur().cache(e.layer).bytesPerToken());
+        if (got != e.bytes) {
+          Failed(st, "bytes_per_token " + p_.layers[e.layer].name + " " +
+                         std::to_string(e.bytes),
                  std::to_string(got));
         }
         return {};
@@ -425,24 +434,23 @@ class Runner {
     EmitAfter(st, "expect positions " + JoinInts(Cur().positions()));
   }
 
-  Outcome Forward(const Statement& st) {
+  Outcome Forward(const Statement& st, const WindowOp& w, bool decode) {
     Layout& layout = Cur();
     const int rows = layout.rows();
-    const bool decode = st.op == Op::kDecode;
-    ForwardColumns cols = ForwardColumns::Dense(rows, decode ? 1 : st.columns, decode);
-    if (st.has_left) {
-      if (st.left.size() != static_cast<size_t>(rows)) {
-        return Outcome::Refused("left= has " + std::to_string(st.left.size()) +
+    ForwardColumns cols = ForwardColumns::Dense(rows, decode ? 1 : w.columns, decode);
+    if (w.has_left) {
+      if (w.left.size() != static_cast<size_t>(rows)) {
+        return Outcome::Refused("left= has " + std::to_string(w.left.size()) +
                                 " values for " + std::to_string(rows) + " rows");
       }
-      cols.left = st.left;
+      cols.left = w.left;
     }
-    if (st.has_right) {
-      if (st.right.size() != static_cast<size_t>(rows)) {
-        return Outcome::Refused("right= has " + std::to_string(st.right.size()) +
+    if (w.has_right) {
+      if (w.right.size() != static_cast<size_t>(rows)) {
+        return Outcome::Refused("right= has " + std::to_string(w.right.size()) +
                                 " values for " + std::to_string(rows) + " rows");
       }
-      cols.right = st.right;
+      cols.right = w.right;
     }
     Status check = layout.CheckForward(cols);
     if (!check.ok()) return Outcome::Refused(check.message());
@@ -451,17 +459,17 @@ class Runner {
     std::vector<std::vector<int32_t>> ids(static_cast<size_t>(rows));
     for (int r = 0; r < rows; ++r) {
       const int32_t real = cols.Real(r);
-      if (st.has_ids) {
-        if (st.ids.size() != static_cast<size_t>(rows)) {
-          return Outcome::Refused("ids= has " + std::to_string(st.ids.size()) +
+      if (w.has_ids) {
+        if (w.ids.size() != static_cast<size_t>(rows)) {
+          return Outcome::Refused("ids= has " + std::to_string(w.ids.size()) +
                                   " groups for " + std::to_string(rows) + " rows");
         }
-        if (st.ids[r].size() != static_cast<size_t>(real)) {
+        if (w.ids[r].size() != static_cast<size_t>(real)) {
           return Outcome::Refused("ids= gives row " + std::to_string(r) + " " +
-                                  std::to_string(st.ids[r].size()) + " ids for " +
+                                  std::to_string(w.ids[r].size()) + " ids for " +
                                   std::to_string(real) + " real tokens");
         }
-        ids[r] = st.ids[r];
+        ids[r] = w.ids[r];
       } else {
         for (int32_t j = 0; j < real; ++j) ids[r].push_back(before[r] + j);
       }
@@ -611,11 +619,11 @@ class Runner {
     }
   }
 
-  Outcome ExpectSees(const Statement& st) {
-    const std::string what = "sees " + p_.layers[st.layer].name + " r" +
-                             std::to_string(st.row) + " p" + std::to_string(st.pos) + ":";
+  Outcome CheckSees(const Statement& st, const ExpectSees& e) {
+    const std::string what = "sees " + p_.layers[e.layer].name + " r" +
+                             std::to_string(e.row) + " p" + std::to_string(e.pos) + ":";
     std::vector<Tag> want;
-    for (const SeenItem& item : st.items) {
+    for (const SeenItem& item : e.items) {
       Tag t;
       t.pos = item.pos;
       t.id = item.id;
@@ -623,7 +631,7 @@ class Runner {
     }
     std::sort(want.begin(), want.end());
     const LastForward& last = Last();
-    auto it = last.sees.find(QueryKey{st.layer, st.row, st.pos});
+    auto it = last.sees.find(QueryKey{e.layer, e.row, e.pos});
     if (!last.valid || it == last.sees.end()) {
       Failed(st, what + JoinTags(want), "no such query in the last forward");
     } else if (it->second != want) {
@@ -632,21 +640,21 @@ class Runner {
     return {};
   }
 
-  Outcome ExpectOut(const Statement& st) {
-    const std::string what = "out " + p_.layers[st.layer].name + " r" +
-                             std::to_string(st.row) + " p" + std::to_string(st.pos) + ":";
+  Outcome CheckOut(const Statement& st, const ExpectOut& e) {
+    const std::string what = "out " + p_.layers[e.layer].name + " r" +
+                             std::to_string(e.row) + " p" + std::to_string(e.pos) + ":";
     std::string want_text;
-    for (double x : st.values) want_text += " " + FormatValue(static_cast<float>(x));
+    for (double x : e.values) want_text += " " + FormatValue(static_cast<float>(x));
     const LastForward& last = Last();
-    auto it = last.outs.find(QueryKey{st.layer, st.row, st.pos});
+    auto it = last.outs.find(QueryKey{e.layer, e.row, e.pos});
     if (!last.valid || it == last.outs.end()) {
       Failed(st, what + want_text, "no such query in the last forward");
       return {};
     }
     const std::vector<float>& got = it->second;
-    bool ok = got.size() == st.values.size();
+    bool ok = got.size() == e.values.size();
     for (size_t i = 0; ok && i < got.size(); ++i) {
-      const double ref = st.values[i];
+      const double ref = e.values[i];
       ok = std::fabs(static_cast<double>(got[i]) - ref) <= 1e-4 * (1.0 + std::fabs(ref));
     }
     if (!ok) {
@@ -657,25 +665,25 @@ class Runner {
     return {};
   }
 
-  Outcome ExpectPositions(const Statement& st) {
+  Outcome CheckPositions(const Statement& st, const ExpectPositions& e) {
     const std::vector<int32_t> got = Cur().positions();
-    if (st.positions.size() != got.size()) {
-      return Outcome::Refused("expect positions lists " + std::to_string(st.positions.size()) +
+    if (e.positions.size() != got.size()) {
+      return Outcome::Refused("expect positions lists " + std::to_string(e.positions.size()) +
                               " values for " + std::to_string(got.size()) + " rows");
     }
-    if (got != st.positions) {
-      Failed(st, "positions " + JoinInts(st.positions), JoinInts(got));
+    if (got != e.positions) {
+      Failed(st, "positions " + JoinInts(e.positions), JoinInts(got));
     }
     return {};
   }
 
-  Outcome ExpectError(const Statement& st) {
+  Outcome CheckError(const Statement& st, const ExpectError& e) {
     const uint64_t before = Cur().StateHash();
     const std::string before_name = current_;
     const size_t before_count = layouts_.size();
     const bool was_top = top_level_;
     top_level_ = false;
-    Outcome o = Execute(*st.inner);
+    Outcome o = Execute(*e.inner);
     top_level_ = was_top;
     if (o.code == 2) return o;
     if (o.code == 0) {
@@ -689,13 +697,13 @@ class Runner {
     return {};
   }
 
-  Outcome ExpectEqual(const Statement& st) {
-    auto it = layouts_.find(st.name);
+  Outcome CheckEqual(const Statement& st, const ExpectEqual& e) {
+    auto it = layouts_.find(e.name);
     if (it == layouts_.end()) {
-      return Outcome::Refused("expect equal: no layout named '" + st.name + "'");
+      return Outcome::Refused("expect equal: no layout named '" + e.name + "'");
     }
     std::string diff = Difference(Cur(), *it->second.layout);
-    if (!diff.empty()) Failed(st, "equal " + st.name, diff);
+    if (!diff.empty()) Failed(st, "equal " + e.name, diff);
     return {};
   }
 
@@ -795,7 +803,7 @@ int RunTraceText(std::string_view text, std::string_view name, const RunOptions&
   }
   RunOptions effective = options;
   for (const Statement& st : program.body) {
-    if (st.op == Op::kExpectOut) effective.values = true;
+    if (st.op() == Op::kExpectOut) effective.values = true;
   }
   return RunProgram(program, effective, out, err);
 }
