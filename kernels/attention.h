@@ -16,7 +16,8 @@
 // padding, its batch neighbours or a ring's phase (bit for bit, on one
 // target).
 //
-// Tolerance (tested in properties/attention_props.cc on every target):
+// Tolerance (tested on every target in kernels/attention_test.cc and
+// properties/attention_props.cc):
 // |Attend - AttendReference| <= kAttentionTolerance * (1 + |reference|).
 #pragma once
 

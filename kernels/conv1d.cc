@@ -1,7 +1,8 @@
-// Causal conv1d step: Highway version (per target) and scalar reference.
+// Causal conv1d step: the Highway version (per target), dispatched once per
+// call, and the state shift it shares with the scalar reference
+// (conv1d_reference.cc).
 #include "kernels/conv1d.h"
 
-#include <cmath>
 #include <cstring>
 
 #undef HWY_TARGET_INCLUDE
@@ -125,17 +126,6 @@ void ConvShiftState(const float* state_in, float* state_out, const float* x, siz
   // Drop the oldest row, append x. memmove: state_in may equal state_out.
   std::memmove(state_out, state_in + channels, (rows - 1) * channels * sizeof(float));
   std::memcpy(state_out + (rows - 1) * channels, x, channels * sizeof(float));
-}
-
-void ConvStepReference(const float* w, const float* state_in, float* state_out,
-                       const float* x, float* u, size_t channels, size_t kernel) {
-  for (size_t c = 0; c < channels; ++c) {
-    float acc = 0.0f;
-    for (size_t j = 0; j + 1 < kernel; ++j) acc += w[j * channels + c] * state_in[j * channels + c];
-    acc += w[(kernel - 1) * channels + c] * x[c];
-    u[c] = acc / (1.0f + std::exp(-acc));
-  }
-  ConvShiftState(state_in, state_out, x, channels, kernel);
 }
 
 }  // namespace kvspec

@@ -1,4 +1,5 @@
-// Gated delta rule: Highway version (per target) and scalar reference.
+// Gated delta rule: the Highway version (per target), dispatched once per
+// call. The scalar reference is in gated_delta_reference.cc.
 #include "kernels/gated_delta.h"
 
 #include <cmath>
@@ -50,7 +51,7 @@ void PrepareQueryKeyImpl(const float* HWY_RESTRICT q_raw, const float* HWY_RESTR
 //   update: row = MulAdd(delta, k, row) (tail: row[j] + delta * k[j]),
 //           stored, and y accumulated from row * q like m.
 // The same sequence for every row, token, batch and call pattern (and the
-// same as the kernel before, bit for bit: kernels/kernels_test.cc keeps
+// same as the kernel before, bit for bit: kernels/gated_delta_test.cc keeps
 // that one as its oracle). The decayed row is not stored and reloaded: the
 // second pass recomputes g * in (the same product, so the same bits), which
 // saves a store per vector and is safe in place because the first pass
@@ -152,53 +153,6 @@ void GatedDeltaStep(const float* state_in, float* state_out, const float* q, con
 }
 
 const char* GatedDeltaTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
-
-void PrepareQueryKeyReference(const float* q_raw, const float* k_raw, float* q, float* k,
-                              const GatedDeltaShape& shape) {
-  const size_t dk = shape.dk;
-  const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
-  for (size_t h = 0; h < shape.key_heads; ++h) {
-    float qs = 0.0f, ks = 0.0f;
-    for (size_t i = 0; i < dk; ++i) {
-      qs += q_raw[h * dk + i] * q_raw[h * dk + i];
-      ks += k_raw[h * dk + i] * k_raw[h * dk + i];
-    }
-    const float qn = 1.0f / std::sqrt(qs + kL2Epsilon);
-    const float kn = 1.0f / std::sqrt(ks + kL2Epsilon);
-    for (size_t i = 0; i < dk; ++i) {
-      q[h * dk + i] = q_raw[h * dk + i] * qn * q_scale;
-      k[h * dk + i] = k_raw[h * dk + i] * kn;
-    }
-  }
-}
-
-void GatedDeltaStepReference(const float* state_in, float* state_out, const float* q,
-                             const float* k, const float* v, const float* g,
-                             const float* beta, float* y, const GatedDeltaShape& shape) {
-  const size_t dk = shape.dk, dv = shape.dv;
-  const size_t group = shape.value_heads / shape.key_heads;
-  for (size_t h = 0; h < shape.value_heads; ++h) {
-    const float* kh = k + (h / group) * dk;
-    const float* qh = q + (h / group) * dk;
-    for (size_t i = 0; i < dv; ++i) {
-      const float* in = state_in + (h * dv + i) * dk;
-      float* out = state_out + (h * dv + i) * dk;
-      float m = 0.0f;
-      for (size_t j = 0; j < dk; ++j) {
-        const float gate = shape.gate_per_lane ? g[h * dk + j] : g[h];
-        out[j] = gate * in[j];
-        m += out[j] * kh[j];
-      }
-      const float delta = beta[h] * (v[h * dv + i] - m);
-      float yi = 0.0f;
-      for (size_t j = 0; j < dk; ++j) {
-        out[j] = out[j] + delta * kh[j];
-        yi += out[j] * qh[j];
-      }
-      y[h * dv + i] = yi;
-    }
-  }
-}
 
 }  // namespace kvspec
 #endif  // HWY_ONCE

@@ -1,0 +1,299 @@
+// The SIMD building blocks of the attention kernel (kernels/attention.cc),
+// per Highway target: loading stored keys and values (fp32 or bf16), the
+// score blocks (ScoreBlock, Scores), the weighted value sums (ValueBlock)
+// and the softmax steps (MaxOf, ExpShifted, SumOf). Every one applies the
+// same arithmetic to a slot whatever block it falls in, which is what makes
+// Attend's output independent of padding, batch neighbours and ring phase.
+//
+// Included by attention.cc once per target (foreach_target), hence the
+// toggle guard instead of #pragma once.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/kv_view.h"
+
+#if defined(KVSPEC_KERNELS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVSPEC_KERNELS_ATTENTION_INL_H_
+#undef KVSPEC_KERNELS_ATTENTION_INL_H_
+#else
+#define KVSPEC_KERNELS_ATTENTION_INL_H_
+#endif
+
+#include "hwy/cache_control.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvspec {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// N lanes of stored keys or values as fp32: fp32 storage, or bf16 storage
+// (the upper half of an fp32) widened exactly.
+HWY_INLINE VF LoadLanes(DF d, const float* HWY_RESTRICT p) { return hn::LoadU(d, p); }
+HWY_INLINE VF LoadLanes(DF d, const uint16_t* HWY_RESTRICT p) {
+  const hn::Rebind<uint16_t, DF> d16;
+  const hn::RebindToUnsigned<DF> d32;
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(d32, hn::LoadU(d16, p))));
+}
+HWY_INLINE float Element(const float* p, int i) { return p[i]; }
+HWY_INLINE float Element(const uint16_t* p, int i) { return Bf16ToFloat(p[i]); }
+
+// out[i] = the sum of the lanes of v_i, for four vectors at once. Each sum
+// follows one tree whatever the other vectors hold: lanes (0 + 2) + (1 + 3)
+// within each 128-bit block, then the blocks in order, so a score does not
+// depend on which vectors share its reduction.
+HWY_INLINE void SumsOf4(DF d, VF v0, VF v1, VF v2, VF v3, float* HWY_RESTRICT out) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)d;
+  out[0] = hn::GetLane(v0);
+  out[1] = hn::GetLane(v1);
+  out[2] = hn::GetLane(v2);
+  out[3] = hn::GetLane(v3);
+#else
+  const hn::Repartition<uint64_t, DF> d64;
+  const VF s01 = hn::Add(hn::InterleaveLower(d, v0, v1), hn::InterleaveUpper(d, v0, v1));
+  const VF s23 = hn::Add(hn::InterleaveLower(d, v2, v3), hn::InterleaveUpper(d, v2, v3));
+  const auto w01 = hn::BitCast(d64, s01);
+  const auto w23 = hn::BitCast(d64, s23);
+  // Per block: lane i = (v_i[0] + v_i[2]) + (v_i[1] + v_i[3]).
+  const VF r = hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, w01, w23)),
+                       hn::BitCast(d, hn::InterleaveUpper(d64, w01, w23)));
+  const size_t N = hn::Lanes(d);
+  HWY_ALIGN float lanes[16];  // x86 vectors hold at most 16 floats
+  hn::Store(r, d, lanes);
+  for (size_t i = 0; i < 4; ++i) {
+    float sum = lanes[i];
+    for (size_t b = 4; b < N; b += 4) sum += lanes[b + i];
+    out[i] = sum;
+  }
+#endif
+}
+
+// v, held in a register: the compiler may not fold its load into each
+// instruction that uses it (one load, not one per use, for a query vector
+// that meets several keys).
+HWY_INLINE VF InRegister(VF v) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_EMU128 && (defined(__GNUC__) || defined(__clang__))
+  asm("" : "+x"(v.raw));
+#endif
+  return v;
+}
+
+// Requests the cache lines of [p, p + bytes) (p + bytes need not be valid).
+HWY_INLINE void PrefetchSpan(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t b = 0; b < bytes; b += 64) hwy::Prefetch(c + b);
+}
+
+// Requests the rows rows[from, to), each `bytes` long.
+template <typename T>
+HWY_INLINE void PrefetchRows(const T* const* rows, size_t from, size_t to, size_t bytes) {
+  for (size_t k = from; k < to; ++k) PrefetchSpan(rows[k], bytes);
+}
+
+// The largest of p[0, n) (n > 0).
+HWY_INLINE float MaxOf(const float* HWY_RESTRICT p, size_t n) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  float max = p[0];
+  size_t j = 0;
+  if (n >= N) {
+    VF m = hn::LoadU(d, p);
+    for (j = N; j + N <= n; j += N) m = hn::Max(m, hn::LoadU(d, p + j));
+    max = hn::GetLane(hn::MaxOfLanes(d, m));
+  }
+  for (; j < n; ++j) max = p[j] > max ? p[j] : max;
+  return max;
+}
+
+// The sum of p[0, n): whole vectors into one vector accumulator, its lanes
+// reduced, then the tail in order. A fixed function of n and the values,
+// like every step of a query's softmax, so it does not depend on where the
+// query's slots sit.
+HWY_INLINE float SumOf(const float* HWY_RESTRICT p, size_t n) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  VF a = hn::Zero(d);
+  size_t j = 0;
+  for (; j + N <= n; j += N) a = hn::Add(a, hn::LoadU(d, p + j));
+  float sum = hn::GetLane(hn::SumOfLanes(d, a));
+  for (; j < n; ++j) sum += p[j];
+  return sum;
+}
+
+// Scores of kG query heads (their queries dim floats apart from q) against
+// the keys of kS slots: out[g * stride + s] = (q_g . key_s) * scale.
+// Each (head, slot) pair has its own accumulator, fed one vector of lanes
+// at a time in dim order and reduced once, then the scalar tail: the same
+// arithmetic for every pair whatever kG and kS, so a slot's score does not
+// depend on the block it falls in. Blocks of several slots and heads let
+// each loaded key vector feed kG multiply-adds and each query vector kS.
+template <int kG, int kS, typename T>
+HWY_INLINE void ScoreBlock(const float* HWY_RESTRICT q, int dim, const T* const* keys,
+                           float scale, float* HWY_RESTRICT out, size_t stride) {
+  const DF d;
+  const int N = static_cast<int>(hn::Lanes(d));
+  VF acc[kG][kS];
+  HWY_UNROLL(4)
+  for (int g = 0; g < kG; ++g) {
+    HWY_UNROLL(4)
+    for (int s = 0; s < kS; ++s) acc[g][s] = hn::Zero(d);
+  }
+  int i = 0;
+  for (; i + N <= dim; i += N) {
+    VF k[kS];
+    HWY_UNROLL(4)
+    for (int s = 0; s < kS; ++s) k[s] = LoadLanes(d, keys[s] + i);
+    HWY_UNROLL(4)
+    for (int g = 0; g < kG; ++g) {
+      const VF qv = InRegister(hn::LoadU(d, q + g * dim + i));
+      HWY_UNROLL(4)
+      for (int s = 0; s < kS; ++s) acc[g][s] = hn::MulAdd(qv, k[s], acc[g][s]);
+    }
+  }
+  // Lane sums, four accumulators at a time (zeros fill the last four).
+  constexpr int kPairs = kG * kS;
+  float sums[(kPairs + 3) / 4 * 4];
+  HWY_UNROLL(4)
+  for (int p = 0; p < kPairs; p += 4) {
+    const VF zero = hn::Zero(d);
+    SumsOf4(d, acc[p / kS][p % kS], p + 1 < kPairs ? acc[(p + 1) / kS][(p + 1) % kS] : zero,
+            p + 2 < kPairs ? acc[(p + 2) / kS][(p + 2) % kS] : zero,
+            p + 3 < kPairs ? acc[(p + 3) / kS][(p + 3) % kS] : zero, sums + p);
+  }
+  HWY_UNROLL(4)
+  for (int g = 0; g < kG; ++g) {
+    HWY_UNROLL(4)
+    for (int s = 0; s < kS; ++s) {
+      float sum = sums[g * kS + s];
+      for (int t = i; t < dim; ++t) sum += q[g * dim + t] * Element(keys[s], t);
+      out[static_cast<size_t>(g) * stride + s] = sum * scale;
+    }
+  }
+}
+
+// Scores of query heads [0, group) (queries dim floats apart from q) over
+// the admitted slots, in blocks of heads and slots.
+// Along the way, the rows pf[0, npf) are prefetched, one per slot scored,
+// so that memory keeps fetching while the block computes.
+template <typename T>
+HWY_INLINE void Scores(const float* HWY_RESTRICT q, int group, int dim, const T* const* keys,
+                       size_t n, float scale, float* HWY_RESTRICT scores, size_t stride,
+                       const T* const* pf, size_t npf) {
+  const size_t row_bytes = static_cast<size_t>(dim) * sizeof(T);
+  int g = 0;
+  for (; g + 4 <= group; g += 4) {
+    const float* qg = q + g * dim;
+    float* sg = scores + g * stride;
+    size_t j = 0;
+    // Threes, then twos for the rest (a lone slot only when n is 1).
+    const size_t threes = n % 3 == 1 && n > 1 ? n - 4 : n - n % 3;
+    for (; j < threes; j += 3) {
+      PrefetchRows(pf, j, std::min(j + 3, npf), row_bytes);
+      ScoreBlock<4, 3>(qg, dim, keys + j, scale, sg + j, stride);
+    }
+    for (; j + 2 <= n; j += 2) {
+      PrefetchRows(pf, j, std::min(j + 2, npf), row_bytes);
+      ScoreBlock<4, 2>(qg, dim, keys + j, scale, sg + j, stride);
+    }
+    for (; j < n; ++j) ScoreBlock<4, 1>(qg, dim, keys + j, scale, sg + j, stride);
+    PrefetchRows(pf, j, npf, row_bytes);
+    npf = 0;  // the other heads read the same rows
+  }
+  for (; g < group; ++g) {
+    const float* qg = q + g * dim;
+    float* sg = scores + g * stride;
+    size_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+      PrefetchRows(pf, j, std::min(j + 4, npf), row_bytes);
+      ScoreBlock<1, 4>(qg, dim, keys + j, scale, sg + j, stride);
+    }
+    for (; j < n; ++j) ScoreBlock<1, 1>(qg, dim, keys + j, scale, sg + j, stride);
+    PrefetchRows(pf, j, npf, row_bytes);
+    npf = 0;
+  }
+}
+
+// acc_g[0, dim) += sum over j in [0, n), in order, of w[g * stride + j] *
+// value_j, for kG heads (acc_g dim floats apart). Every output lane sees the
+// same sequence of multiply-adds whatever the blocking of heads, slots or
+// lanes, so results are bit-identical across blockings. Lanes go in chunks
+// of two vectors held in registers over the n slots (the caller keeps n
+// small enough for the n values to stay in L1 across the chunks).
+template <int kG, typename T>
+HWY_INLINE void ValueBlock(const float* HWY_RESTRICT w, size_t stride, const T* const* values,
+                           size_t n, int dim, float* HWY_RESTRICT acc,
+                           const T* const* pf = nullptr, size_t npf = 0) {
+  const DF d;
+  const int N = static_cast<int>(hn::Lanes(d));
+  int i = 0;
+  for (; i + 2 * N <= dim; i += 2 * N) {
+    VF a[kG][2];
+    HWY_UNROLL(4)
+    for (int g = 0; g < kG; ++g) {
+      a[g][0] = hn::LoadU(d, acc + g * dim + i);
+      a[g][1] = hn::LoadU(d, acc + g * dim + i + N);
+    }
+    for (size_t j = 0; j < n; ++j) {
+      // The same lanes of another row, wanted soon (see Scores).
+      if (j < npf) PrefetchSpan(pf[j] + i, 2 * N * sizeof(T));
+      const VF v0 = LoadLanes(d, values[j] + i);
+      const VF v1 = LoadLanes(d, values[j] + i + N);
+      HWY_UNROLL(4)
+      for (int g = 0; g < kG; ++g) {
+        const VF wv = hn::Set(d, w[g * stride + j]);
+        a[g][0] = hn::MulAdd(wv, v0, a[g][0]);
+        a[g][1] = hn::MulAdd(wv, v1, a[g][1]);
+      }
+    }
+    HWY_UNROLL(4)
+    for (int g = 0; g < kG; ++g) {
+      hn::StoreU(a[g][0], d, acc + g * dim + i);
+      hn::StoreU(a[g][1], d, acc + g * dim + i + N);
+    }
+  }
+  // The rows past n, or all of them when no whole chunk prefetched any.
+  PrefetchRows(pf, i == 0 ? 0 : n, npf, static_cast<size_t>(dim) * sizeof(T));
+  for (; i + N <= dim; i += N) {
+    VF a[kG];
+    HWY_UNROLL(4)
+    for (int g = 0; g < kG; ++g) a[g] = hn::LoadU(d, acc + g * dim + i);
+    for (size_t j = 0; j < n; ++j) {
+      const VF v0 = LoadLanes(d, values[j] + i);
+      HWY_UNROLL(4)
+      for (int g = 0; g < kG; ++g) a[g] = hn::MulAdd(hn::Set(d, w[g * stride + j]), v0, a[g]);
+    }
+    HWY_UNROLL(4)
+    for (int g = 0; g < kG; ++g) hn::StoreU(a[g], d, acc + g * dim + i);
+  }
+  for (; i < dim; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      const float x = Element(values[j], i);
+      HWY_UNROLL(4)
+      for (int g = 0; g < kG; ++g) acc[g * dim + i] = hn::GetLane(hn::MulAdd(
+          hn::Set(d, w[g * stride + j]), hn::Set(d, x), hn::Set(d, acc[g * dim + i])));
+    }
+  }
+}
+
+// p[i] = exp(p[i] - max) for i < count; p has room for a whole vector more.
+HWY_INLINE void ExpShifted(float* HWY_RESTRICT p, size_t count, float max) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  const auto vmax = hn::Set(d, max);
+  for (size_t i = count; i % N != 0; ++i) p[i] = max;  // padding lanes
+  for (size_t i = 0; i < count; i += N) {
+    hn::StoreU(hn::Exp(d, hn::Sub(hn::LoadU(d, p + i), vmax)), d, p + i);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kvspec
+HWY_AFTER_NAMESPACE();
+
+#endif  // KVSPEC_KERNELS_ATTENTION_INL_H_ toggle

@@ -1,0 +1,284 @@
+// Unit tests of the attention kernel (kernels/attention.h), per Highway
+// target: Attend stays within kAttentionTolerance of AttendReference over
+// small shapes, in the manner of gemma.cpp's kernel tests:
+//
+// - decode (one query) and window forwards (several queries, with and
+//   without a window, pad queries among them, more queries than a tile);
+// - grouped-query attention, q_heads = 1, 2, 4 x kv_heads, every head with
+//   its own data, so a query head reading another head's keys or values,
+//   or writing another's output, shows;
+// - fp32 and bf16 views, ring phases first_slot != 0, empty slots holding
+//   NaN (never read), slot counts and dims 0..2N+1 for N up to 16 lanes and
+//   larger counts crossing the kernel's blocks, q, keys, values and outputs
+//   misaligned by 0..3 floats.
+//
+// A failure prints the target, the case, the lane (row, query, head, i),
+// the expected (reference) and the actual value.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hwy/targets.h"
+#include "kernels/attention.h"
+#include "kernels/kv_view.h"
+#include "kernels/mask.h"
+#include "kernels/test_random.h"
+#include "testing/target_params.h"
+
+namespace kvspec {
+namespace {
+
+using kernel_test::Rand;
+
+// One Attend call's shape.
+struct AttentionCase {
+  int rows = 1;
+  int kv_heads = 1;
+  int group = 1;  // query heads per KV head
+  int dim = 4;
+  int32_t slots = 0;
+  int32_t queries = 1;
+  int32_t window = kNoWindow;
+  bool bf16 = false;
+  int32_t first_slot = 0;
+  int misalign = 0;   // floats (or bf16 elements) off the allocation's start
+  int pad_every = 0;  // every pad_every-th query is a pad query (0: none)
+
+  std::string Describe() const {
+    std::ostringstream s;
+    s << "rows=" << rows << " kv_heads=" << kv_heads << " q_heads=" << kv_heads * group
+      << " dim=" << dim << " slots=" << slots << " queries=" << queries << " window=" << window
+      << (bf16 ? " bf16" : " fp32") << " first_slot=" << first_slot << " misalign=" << misalign
+      << " pad_every=" << pad_every;
+    return s.str();
+  }
+};
+
+// Stored keys, values and positions for a case, and the mask over them.
+// Logical slot t of a row holds position base + t for t < held (a few held
+// slots are left empty, as holes); empty slots hold NaN.
+struct AttentionInputs {
+  std::vector<float> k, v, q;
+  std::vector<uint16_t> k16, v16;
+  std::vector<int32_t> pos;
+  KvView kv;
+  Mask mask;
+};
+
+void FillCache(const AttentionCase& c, Rand* r, AttentionInputs* in) {
+  const size_t head_stride = static_cast<size_t>(c.slots) * c.dim;
+  const size_t row_stride = c.kv_heads * head_stride;
+  const size_t n = c.rows * row_stride + c.misalign;
+  in->k.resize(n);
+  in->v.resize(n);
+  r->Fill(&in->k, -1, 1);
+  r->Fill(&in->v, -1, 1);
+  in->pos.assign(static_cast<size_t>(c.rows) * c.slots, -1);
+  for (int row = 0; row < c.rows; ++row) {
+    const int32_t held = c.slots == 0 ? 0 : static_cast<int32_t>(r->Int(c.slots / 2, c.slots));
+    const int32_t base = static_cast<int32_t>(r->Int(0, 3));
+    for (int32_t t = 0; t < held; ++t) {
+      if (r->Int(0, 15) == 0) continue;  // a hole
+      in->pos[row * c.slots + (c.first_slot + t) % c.slots] = base + t;
+    }
+    for (int32_t s = 0; s < c.slots; ++s) {
+      if (in->pos[row * c.slots + s] >= 0) continue;
+      for (int kh = 0; kh < c.kv_heads; ++kh) {
+        const size_t at = c.misalign + row * row_stride + kh * head_stride + s * c.dim;
+        for (int i = 0; i < c.dim; ++i) in->k[at + i] = in->v[at + i] = NAN;
+      }
+    }
+  }
+  in->k16.resize(n);
+  in->v16.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    in->k16[i] = FloatToBf16(in->k[i]);
+    in->v16[i] = FloatToBf16(in->v[i]);
+  }
+  KvView& kv = in->kv;
+  kv.k = in->k.data() + c.misalign;
+  kv.v = in->v.data() + c.misalign;
+  if (c.bf16) {
+    kv.k_bf16 = in->k16.data() + c.misalign;
+    kv.v_bf16 = in->v16.data() + c.misalign;
+  }
+  kv.head_stride = head_stride;
+  kv.row_stride = row_stride;
+  kv.rows = c.rows;
+  kv.kv_heads = c.kv_heads;
+  kv.dim = c.dim;
+  kv.slot_pos = in->pos.data();
+  kv.slot_stride = c.slots;
+  kv.slots = c.slots;
+  kv.first_slot = c.first_slot;
+}
+
+// The queries sit at the positions after the held ones (some a little
+// earlier, so their ranges differ); a pad query admits nothing.
+void FillMask(const AttentionCase& c, Rand* r, AttentionInputs* in) {
+  Mask& m = in->mask;
+  m.window = c.window;
+  m.rows = c.rows;
+  m.queries = c.queries;
+  m.slot_pos = in->pos.data();
+  m.slot_stride = c.slots;
+  m.slots = c.slots;
+  m.first_slot = c.first_slot;
+  const size_t n = static_cast<size_t>(c.rows) * c.queries;
+  m.query_pos.resize(n);
+  m.lo.resize(n);
+  m.hi.resize(n);
+  for (size_t rq = 0; rq < n; ++rq) {
+    const int32_t qi = static_cast<int32_t>(rq % c.queries);
+    const bool pad = c.pad_every > 0 && qi % c.pad_every == c.pad_every - 1;
+    const int32_t qp = c.slots + 3 - c.queries + qi - static_cast<int32_t>(r->Int(0, 2));
+    m.query_pos[rq] = pad ? -1 : qp;
+    // lo >= 0: an empty slot (position -1) is never admitted.
+    m.lo[rq] = pad ? 0 : (c.window > 0 ? std::max(0, qp - c.window + 1) : 0);
+    m.hi[rq] = pad ? -1 : qp;
+  }
+  in->q.resize(n * c.kv_heads * c.group * c.dim + c.misalign);
+  r->Fill(&in->q, -2, 2);
+}
+
+// Attend against AttendReference on the current target; the first lane out
+// of tolerance as a failure.
+::testing::AssertionResult MatchesReference(const AttentionCase& c, uint32_t seed) {
+  Rand r(seed);
+  AttentionInputs in;
+  FillCache(c, &r, &in);
+  FillMask(c, &r, &in);
+  const int q_heads = c.kv_heads * c.group;
+  const size_t n = static_cast<size_t>(c.rows) * c.queries * q_heads * c.dim;
+  std::vector<float> out(n + c.misalign, 777.0f), expected(n, -777.0f);
+  float* actual = out.data() + c.misalign;
+  Attend(in.q.data() + c.misalign, q_heads, in.kv, in.mask, actual);
+  AttendReference(in.q.data() + c.misalign, q_heads, in.kv, in.mask, expected.data());
+  for (size_t i = 0; i < n; ++i) {
+    const float want = expected[i];
+    if (std::fabs(actual[i] - want) <= kAttentionTolerance * (1 + std::fabs(want))) continue;
+    const size_t lane = i % c.dim, head = i / c.dim % q_heads;
+    const size_t query = i / c.dim / q_heads % c.queries, row = i / c.dim / q_heads / c.queries;
+    return ::testing::AssertionFailure()
+           << "target " << AttentionTargetName() << ", " << c.Describe() << " seed " << seed
+           << ": row " << row << " query " << query << " head " << head << " lane " << lane
+           << ": expected " << want << ", actual " << actual[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class AttentionTargets : public ::testing::TestWithParam<int64_t> {
+ protected:
+  void SetUp() override {
+    // The kernel under test is the target's, not the best one's.
+    ASSERT_STREQ(hwy::TargetName(GetParam()), AttentionTargetName());
+  }
+  testing::TargetScope scope_{GetParam()};
+};
+
+// Slot counts and dims 0..2N+1 for vectors of up to N = 16 lanes (dim from
+// 1), every ring phase of small rings, fp32 and bf16, misalignments.
+TEST_P(AttentionTargets, DecodeMatchesReference) {
+  Rand r(11);
+  for (int32_t slots = 0; slots <= 33; ++slots) {
+    for (int dim = 1; dim <= 33; dim += 4) {
+      AttentionCase c;
+      c.rows = 1 + slots % 2;
+      c.kv_heads = 1 + dim % 2;
+      c.group = 1 << (slots % 3);
+      c.dim = dim + slots % 4;
+      c.slots = slots;
+      c.bf16 = (slots + dim) % 2 == 1;
+      c.first_slot = slots == 0 ? 0 : static_cast<int32_t>(r.Int(0, slots - 1));
+      c.misalign = static_cast<int>(r.Int(0, 3));
+      c.window = r.Int(0, 2) == 0 ? static_cast<int32_t>(r.Int(1, 12)) : kNoWindow;
+      ASSERT_TRUE(MatchesReference(c, static_cast<uint32_t>(slots * 100 + dim)));
+    }
+  }
+}
+
+// Slot counts crossing the kernel's blocks of 8 or 16 KiB of keys.
+TEST_P(AttentionTargets, LongDecodeMatchesReference) {
+  Rand r(12);
+  const int32_t kSlots[] = {64, 129, 600, 2100};
+  const int kDims[] = {16, 17, 64, 128};
+  for (int32_t slots : kSlots) {
+    for (int dim : kDims) {
+      for (int bf16 = 0; bf16 < 2; ++bf16) {
+        AttentionCase c;
+        c.kv_heads = 2;
+        c.group = 1 << r.Int(0, 2);
+        c.dim = dim;
+        c.slots = slots;
+        c.bf16 = bf16 == 1;
+        c.first_slot = static_cast<int32_t>(r.Int(0, slots - 1));
+        c.misalign = static_cast<int>(r.Int(0, 3));
+        ASSERT_TRUE(MatchesReference(c, static_cast<uint32_t>(slots + dim + bf16)));
+      }
+    }
+  }
+}
+
+// Forwards of several queries, some more than a tile of 32, with and
+// without a window, with pad queries.
+TEST_P(AttentionTargets, WindowMatchesReference) {
+  Rand r(13);
+  const int32_t kQueries[] = {2, 3, 5, 8, 17, 32, 33, 70};
+  const int32_t kSlots[] = {1, 7, 40, 100, 300};
+  for (int32_t queries : kQueries) {
+    for (int32_t slots : kSlots) {
+      AttentionCase c;
+      c.rows = 1 + static_cast<int>(r.Int(0, 1));
+      c.kv_heads = 1 + static_cast<int>(r.Int(0, 1));
+      c.group = 1 << r.Int(0, 2);
+      c.dim = static_cast<int>(r.Int(1, 40));
+      c.slots = slots;
+      c.queries = queries;
+      c.window = r.Int(0, 1) == 0 ? kNoWindow : static_cast<int32_t>(r.Int(1, slots + 4));
+      c.bf16 = r.Int(0, 1) == 1;
+      c.first_slot = static_cast<int32_t>(r.Int(0, slots - 1));
+      c.misalign = static_cast<int>(r.Int(0, 3));
+      c.pad_every = static_cast<int>(r.Int(0, 4));
+      ASSERT_TRUE(MatchesReference(c, static_cast<uint32_t>(queries * 1000 + slots)));
+    }
+  }
+}
+
+// Every query head its own: q_heads = 1, 2, 4 x kv_heads for kv_heads 1..3,
+// decode and window, fp32 and bf16, dims with and without a vector tail.
+TEST_P(AttentionTargets, GroupedQueryHeadsMatchReference) {
+  const int kDims[] = {3, 16, 40, 64};
+  for (int group : {1, 2, 4}) {
+    for (int kv_heads = 1; kv_heads <= 3; ++kv_heads) {
+      for (int dim : kDims) {
+        for (int32_t queries : {1, 6}) {
+          for (int bf16 = 0; bf16 < 2; ++bf16) {
+            AttentionCase c;
+            c.kv_heads = kv_heads;
+            c.group = group;
+            c.dim = dim;
+            c.slots = 50;
+            c.queries = queries;
+            c.window = queries == 1 ? kNoWindow : 20;
+            c.bf16 = bf16 == 1;
+            c.first_slot = 13;
+            c.misalign = bf16;
+            const uint32_t seed = static_cast<uint32_t>(group * 100 + kv_heads * 10 + dim);
+            ASSERT_TRUE(MatchesReference(c, seed));
+          }
+        }
+      }
+    }
+  }
+}
+
+KVSPEC_FOR_EACH_TARGET(AttentionTargets);
+
+}  // namespace
+}  // namespace kvspec
