@@ -39,6 +39,15 @@ void ContentIndex::Remember(int layer, int32_t id, int32_t pos, const float* k,
   tags_.emplace(HashKv(layer, k, v, count), t);
 }
 
+Status ContentIndex::CheckInvariants() const {
+  for (const auto& entry : tags_) {
+    if (entry.second.kind != Tag::kToken) {
+      return Status::Error("content index: a remembered tag is " + entry.second.ToString());
+    }
+  }
+  return Status::Ok();
+}
+
 Tag ContentIndex::Recover(int layer, const KvView& view, int row, int32_t slot) const {
   const size_t dim = static_cast<size_t>(view.dim);
   const size_t count = dim * view.kv_heads;

@@ -82,6 +82,7 @@
 // for pathological input made only of tiny statements (a file of `arm`
 // lines) that is about 32 times the input, ~128 MiB at the 4 MiB cap.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -130,6 +131,13 @@ bool Parser::Parse(std::string_view text) {
     program_->lines.emplace_back(line);
     if (!Lex(line)) return false;
     if (!words_.empty() && !ParseStatement()) return false;
+#ifndef NDEBUG
+    if (Status broken = CheckInvariants(); !broken.ok()) {
+      std::fprintf(stderr, "kvspec: parser invariant broken after line %d: %s\n", line_,
+                   broken.message().c_str());
+      std::abort();
+    }
+#endif
     start = stop + 1;  // past the '\n' (or past the end)
   }
 
@@ -157,6 +165,28 @@ bool Parser::Parse(std::string_view text) {
       break;
   }
   return true;
+}
+
+Status Parser::CheckInvariants() const {
+  if (program_->lines.size() != static_cast<size_t>(line_)) {
+    return Status::Error(std::to_string(program_->lines.size()) + " lines stored after line " +
+                         std::to_string(line_));
+  }
+  if (program_->layers.size() > static_cast<size_t>(kMaxLayers) ||
+      program_->layer_lines.size() != program_->layers.size()) {
+    return Status::Error(std::to_string(program_->layers.size()) + " layers, " +
+                         std::to_string(program_->layer_lines.size()) + " layer lines");
+  }
+  if (stage_ == Stage::kBody ? program_->layers.empty() ||
+                                   program_->body.size() > statement_lines_
+                             : !program_->body.empty()) {
+    return Status::Error(std::to_string(program_->body.size()) + " statements with " +
+                         std::to_string(program_->layers.size()) + " layers");
+  }
+  if (fork_extract_ > kMaxForkExtract) {
+    return Status::Error(std::to_string(fork_extract_) + " fork and extract statements");
+  }
+  return Status::Ok();
 }
 
 bool Parser::Lex(std::string_view line) {

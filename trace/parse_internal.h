@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/status.h"
 #include "trace/program.h"
 
 namespace kvspec::trace::parse_internal {
@@ -35,12 +36,20 @@ struct Word {
 // Reads one trace into a Program, line by line, stopping at the first
 // error (recorded in *error_). Holds the current line's words while it is
 // parsed and the header stage reached so far.
+//
+// Invariants after each line (checked in builds without NDEBUG):
+// - program_->lines has line_ entries;
+// - at most kMaxLayers layers, one layer_lines entry per layer, and at
+//   least one layer once the body has begun;
+// - no statement before the body, at most statement_lines_ after it;
+// - fork_extract_ <= kMaxForkExtract.
 class Parser {
  public:
   Parser(std::string_view file, Program* program, SyntaxError* error)
       : file_(file), program_(program), error_(error) {}
 
   bool Parse(std::string_view text);
+  Status CheckInvariants() const;
 
  private:
   enum class Stage { kTrace, kRows, kLayers, kBody };

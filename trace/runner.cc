@@ -4,6 +4,8 @@
 #include "trace/runner.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -54,6 +56,13 @@ int Runner::Run() {
   }
   for (const Statement& st : p_.body) {
     Outcome o = Execute(st);
+#ifndef NDEBUG
+    if (Status broken = CheckInvariants(); !broken.ok()) {
+      std::fprintf(stderr, "kvspec: runner invariant broken after line %d: %s\n", st.line,
+                   broken.message().c_str());
+      std::abort();
+    }
+#endif
     if (o.code == 2) {
       err_ << p_.file << ":" << st.line << ":1: " << o.message << "\n";
       status_ = 2;
@@ -65,6 +74,44 @@ int Runner::Run() {
     }
   }
   return Finish(static_cast<int>(p_.lines.size()));
+}
+
+Status Runner::CheckInvariants() const {
+  const auto current = layouts_.find(current_);
+  if (current == layouts_.end()) {
+    return Status::Error("no layout named '" + current_ + "' (the current one)");
+  }
+  for (const auto& [name, named] : layouts_) {
+    if (!named.layout) return Status::Error("layout '" + name + "' is null");
+    if (named.layout->size() != p_.layers.size()) {
+      return Status::Error("layout '" + name + "' has " +
+                           std::to_string(named.layout->size()) + " layers");
+    }
+    if (named.layout->rows() < 1 || named.layout->rows() > kMaxRows) {
+      return Status::Error("layout '" + name + "' has " +
+                           std::to_string(named.layout->rows()) + " rows");
+    }
+  }
+  if (conv_weights_.size() != p_.layers.size()) {
+    return Status::Error("conv weights for " + std::to_string(conv_weights_.size()) +
+                         " of " + std::to_string(p_.layers.size()) + " layers");
+  }
+  for (size_t l = 0; l < p_.layers.size(); ++l) {
+    const LayerConfig& d = p_.layers[l];
+    const size_t want = d.kind == CacheKind::kSsm
+                            ? d.SsmChannels() * static_cast<size_t>(d.conv)
+                            : 0;
+    if (conv_weights_[l].size() != want) {
+      return Status::Error("layer '" + d.name + "' has " +
+                           std::to_string(conv_weights_[l].size()) + " conv weights");
+    }
+  }
+  if (status_ < 0 || status_ > 2) {
+    return Status::Error("exit status " + std::to_string(status_));
+  }
+  if (!top_level_) return Status::Error("between statements inside `expect error`");
+  // The index's own check walks every token: too slow for every statement.
+  return Status::Ok();
 }
 
 Outcome Runner::Execute(const Statement& st) {

@@ -19,6 +19,7 @@
 
 #include "core/kv_cache.h"
 #include "core/layout.h"
+#include "core/status.h"
 #include "trace/program.h"
 #include "trace/values.h"
 
@@ -41,6 +42,9 @@ struct Tag {
 // The index that recovers tags from stored bytes (content_index.cc). The
 // static members are the token contents of trace/values.h, kept here for
 // the callers that draw contents through ContentIndex.
+//
+// Invariant: every remembered tag is a token (pad, zero and junk are what
+// Recover reports for bytes that match no remembered token).
 class ContentIndex {
  public:
   static void AttentionToken(int layer, int32_t id, int32_t pos, int heads,
@@ -61,6 +65,8 @@ class ContentIndex {
                 const float* v, size_t count);
   // What slot `slot` of row `row` holds in layer `layer`'s storage.
   Tag Recover(int layer, const KvView& view, int row, int32_t slot) const;
+
+  Status CheckInvariants() const;
 
  private:
   static uint64_t HashKv(int layer, const float* k, const float* v, size_t count);

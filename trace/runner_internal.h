@@ -70,11 +70,20 @@ std::string JoinInts(const std::vector<int32_t>& v, char sep = ',');
 // Runs one program statement by statement against the real core. Layouts
 // are kept by name ("main" first); `current_` names the one statements
 // act on. Output is printed as it is produced, or collected for --emit.
+//
+// Invariants, once the header's layout exists (checked after every
+// statement in builds without NDEBUG):
+// - `current_` names a layout of `layouts_`, and every layout is non-null,
+//   has the header's layers and 1..kMaxRows rows;
+// - conv_weights_ has one entry per layer, [K][C] floats for an ssm layer
+//   and none for an attention layer;
+// - status_ is 0, 1 or 2, and top_level_ is true between statements.
 class Runner {
  public:
   Runner(const Program& program, const RunOptions& options, std::ostream& out,
          std::ostream& err);
   int Run();
+  Status CheckInvariants() const;
 
  private:
   Layout& Cur() { return *layouts_[current_].layout; }
