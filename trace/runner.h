@@ -19,7 +19,9 @@
 
 #include "core/kv_cache.h"
 #include "core/layout.h"
+#include "core/status.h"
 #include "trace/program.h"
+#include "trace/values.h"
 
 namespace kvspec::trace {
 
@@ -37,27 +39,34 @@ struct Tag {
   std::string ToString() const;
 };
 
-// Token contents of attention layers and the index that recovers tags from
-// stored bytes.
+// The index that recovers tags from stored bytes (content_index.cc). The
+// static members are the token contents of trace/values.h, kept here for
+// the callers that draw contents through ContentIndex.
+//
+// Invariant: every remembered tag is a token (pad, zero and junk are what
+// Recover reports for bytes that match no remembered token).
 class ContentIndex {
  public:
-  // q, k, v of token (layer, id, pos): heads * dim floats each.
   static void AttentionToken(int layer, int32_t id, int32_t pos, int heads,
-                             int dim, float* q, float* k, float* v);
-  // Pre-conv inputs x[C], gate g[Hv] = sigmoid(2 + a) and beta[Hv] =
-  // sigmoid(b) of recurrent token (layer, id, pos).
+                             int dim, float* q, float* k, float* v) {
+    trace::AttentionToken(layer, id, pos, heads, dim, q, k, v);
+  }
   static void RecurrentToken(int layer, int32_t id, int32_t pos, size_t channels,
-                             size_t value_heads, float* x, float* gate, float* beta);
-  // Layer l's conv weights, time-major [K][C].
-  static std::vector<float> ConvWeights(int layer, size_t channels, size_t kernel);
-  // The bit pattern the runner stores in pad columns (a quiet NaN).
-  static float PadValue();
+                             size_t value_heads, float* x, float* gate, float* beta) {
+    trace::RecurrentToken(layer, id, pos, channels, value_heads, x, gate, beta);
+  }
+  static std::vector<float> ConvWeights(int layer, size_t channels, size_t kernel) {
+    return trace::ConvWeights(layer, channels, kernel);
+  }
+  static float PadValue() { return trace::PadValue(); }
 
   // Remembers that (layer, id, pos) was written with these k/v contents.
   void Remember(int layer, int32_t id, int32_t pos, const float* k,
                 const float* v, size_t count);
   // What slot `slot` of row `row` holds in layer `layer`'s storage.
   Tag Recover(int layer, const KvView& view, int row, int32_t slot) const;
+
+  Status CheckInvariants() const;
 
  private:
   static uint64_t HashKv(int layer, const float* k, const float* v, size_t count);

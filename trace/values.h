@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace kvspec {
 
@@ -46,4 +47,23 @@ inline uint64_t WeightSeed(uint64_t layer) {
   return Mix(Mix(layer) ^ 0xFFFFFFFFFFFFFFFFull);
 }
 
+namespace trace {
+
+// The token contents a trace writes, drawn from the streams above (defined
+// in values.cc). Layers count from 0 in header order.
+
+// q, k, v of attention token (layer, id, pos): heads * dim floats each.
+void AttentionToken(int layer, int32_t id, int32_t pos, int heads, int dim, float* q,
+                    float* k, float* v);
+// Pre-conv inputs x[C], gate g[Hv] = sigmoid(2 + a) and beta[Hv] =
+// sigmoid(b) of recurrent token (layer, id, pos).
+void RecurrentToken(int layer, int32_t id, int32_t pos, size_t channels, size_t value_heads,
+                    float* x, float* gate, float* beta);
+// Layer l's conv weights, time-major [K][C].
+std::vector<float> ConvWeights(int layer, size_t channels, size_t kernel);
+// The bit pattern stored in pad columns (a quiet NaN), so that a padding
+// slot a mask admits is recognised by its bytes.
+float PadValue();
+
+}  // namespace trace
 }  // namespace kvspec

@@ -1,0 +1,99 @@
+// What the runner prints: `sees` / `out` / `state` lines on standard output,
+// refusals on standard error, and with --emit the trace itself, echoed line
+// by line with the expectations the run regenerates put after the
+// statements that produced them.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "trace/runner_internal.h"
+
+namespace kvspec::trace::runner_internal {
+
+std::string FormatValue(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", static_cast<double>(v));
+  return buf;
+}
+
+std::string JoinTags(const std::vector<Tag>& tags) {
+  std::string s;
+  for (const Tag& t : tags) {
+    s += ' ';
+    s += t.ToString();
+  }
+  return s;
+}
+
+std::string JoinInts(const std::vector<int32_t>& v, char sep) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += sep;
+    s += std::to_string(v[i]);
+  }
+  return s;
+}
+
+void Runner::Refusal(int line, const std::string& message) {
+  err_ << p_.file << ":" << line << ": error: " << message << "\n";
+  status_ = std::max(status_, 1);
+}
+
+int Runner::Finish(int last_line) {
+  if (opt_.emit) {
+    for (int line = 1; line <= last_line && line <= static_cast<int>(p_.lines.size()); ++line) {
+      if (!drop_lines_.count(line)) out_ << p_.lines[line - 1] << "\n";
+      auto it = emit_after_.find(line);
+      if (it != emit_after_.end()) {
+        for (const std::string& s : it->second) out_ << s << "\n";
+      }
+    }
+  }
+  return status_;
+}
+
+void Runner::Print(const std::string& line) {
+  if (!opt_.emit) out_ << line << "\n";
+}
+
+void Runner::EmitAfter(const Statement& st, std::string line) {
+  if (opt_.emit && top_level_) emit_after_[st.line].push_back(std::move(line));
+}
+
+void Runner::EmitPositions(const Statement& st) {
+  EmitAfter(st, "expect positions " + JoinInts(Cur().positions()));
+}
+
+void Runner::PrintStates() {
+  Layout& layout = Cur();
+  for (size_t l = 0; l < layout.size(); ++l) {
+    const SsmCacheBase* ssm = layout.recurrent(l);
+    if (!ssm) continue;
+    for (int r = 0; r < layout.rows(); ++r) {
+      char hash[17];
+      std::snprintf(hash, sizeof(hash), "%016llx",
+                    static_cast<unsigned long long>(ssm->RowStateHash(r)));
+      Print("state " + p_.layers[l].name + " r" + std::to_string(r) + " " + hash);
+    }
+  }
+}
+
+// A forward's lines: `sees` lines, `out` lines (with --values), the states,
+// and for --emit the matching expectations after its statement.
+void Runner::PrintForward(const Statement& st, const ForwardLines& lines) {
+  for (const std::string& line : lines.sees) {
+    Print(line);
+    EmitAfter(st, "expect " + line);
+  }
+  if (opt_.values) {
+    for (const std::string& line : lines.outs) {
+      Print(line);
+      EmitAfter(st, "expect " + line);
+    }
+  }
+  PrintStates();
+  EmitPositions(st);
+}
+
+}  // namespace kvspec::trace::runner_internal

@@ -1,0 +1,224 @@
+// Forwards and read-back: `window` and `decode` run on the current layout
+// with the contents of trace/values.h; then every query's visible set is
+// recovered from the bytes stored in the slots its mask admits.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "trace/runner_internal.h"
+#include "trace/values.h"
+
+namespace kvspec::trace::runner_internal {
+
+Outcome Runner::Forward(const Statement& st, const WindowOp& w, bool decode) {
+  Layout& layout = Cur();
+  ForwardColumns cols;
+  if (Outcome o = PlanColumns(w, decode, &cols); o.code) return o;
+  const std::vector<int32_t> before = layout.positions();
+  std::vector<std::vector<int32_t>> ids;  // of each row's real tokens
+  if (Outcome o = TokenIds(w, cols, before, &ids); o.code) return o;
+  if (Outcome o = ForwardBudget(cols); o.code) return o;
+
+  ForwardBuffers buffers;
+  FillInputs(cols, before, ids, &buffers);
+  Status s = layout.Forward(cols, buffers.io);
+  if (!s.ok()) return Outcome::Refused(s.message());
+
+  // Remember what was written, then read back what every query saw.
+  RememberWritten(cols, before, ids, buffers);
+  ForwardLines lines;
+  LastForward last = ReadBack(cols, before, buffers, &lines);
+  Last() = std::move(last);
+  PrintForward(st, lines);
+  return {};
+}
+
+// The forward's columns: L (1 for a decode) with the given paddings, as the
+// layout accepts them.
+Outcome Runner::PlanColumns(const WindowOp& w, bool decode, ForwardColumns* cols) {
+  const int rows = Cur().rows();
+  *cols = ForwardColumns::Dense(rows, decode ? 1 : w.columns, decode);
+  if (w.has_left) {
+    if (w.left.size() != static_cast<size_t>(rows)) {
+      return Outcome::Refused("left= has " + std::to_string(w.left.size()) +
+                              " values for " + std::to_string(rows) + " rows");
+    }
+    cols->left = w.left;
+  }
+  if (w.has_right) {
+    if (w.right.size() != static_cast<size_t>(rows)) {
+      return Outcome::Refused("right= has " + std::to_string(w.right.size()) +
+                              " values for " + std::to_string(rows) + " rows");
+    }
+    cols->right = w.right;
+  }
+  Status check = Cur().CheckForward(*cols);
+  if (!check.ok()) return Outcome::Refused(check.message());
+  return {};
+}
+
+// The ids of each row's real tokens: as given, or their positions.
+Outcome Runner::TokenIds(const WindowOp& w, const ForwardColumns& cols,
+                         const std::vector<int32_t>& before,
+                         std::vector<std::vector<int32_t>>* ids) {
+  const int rows = Cur().rows();
+  ids->assign(static_cast<size_t>(rows), {});
+  for (int r = 0; r < rows; ++r) {
+    const int32_t real = cols.Real(r);
+    if (w.has_ids) {
+      if (w.ids.size() != static_cast<size_t>(rows)) {
+        return Outcome::Refused("ids= has " + std::to_string(w.ids.size()) +
+                                " groups for " + std::to_string(rows) + " rows");
+      }
+      if (w.ids[r].size() != static_cast<size_t>(real)) {
+        return Outcome::Refused("ids= gives row " + std::to_string(r) + " " +
+                                std::to_string(w.ids[r].size()) + " ids for " +
+                                std::to_string(real) + " real tokens");
+      }
+      (*ids)[r] = w.ids[r];
+    } else {
+      for (int32_t j = 0; j < real; ++j) (*ids)[r].push_back(before[r] + j);
+    }
+    if (static_cast<int64_t>(before[r]) + real > kMaxTokensPerRow) {
+      return Outcome::Limit("row " + std::to_string(r) + " would exceed " +
+                            std::to_string(kMaxTokensPerRow) + " tokens");
+    }
+  }
+  return {};
+}
+
+// Whether the current layout after the forward, with every other layout,
+// fits the memory budget.
+Outcome Runner::ForwardBudget(const ForwardColumns& cols) {
+  size_t others = 0;
+  for (const auto& [name, named] : layouts_) {
+    if (name != current_) others += named.layout->allocatedBytes();
+  }
+  if (others + Cur().BytesAfterForward(cols.columns) > opt_.max_bytes) {
+    return Outcome::Limit("storage would exceed the limit of " +
+                          std::to_string(opt_.max_bytes >> 20) + " MiB");
+  }
+  return {};
+}
+
+// Contents of every real column; pad columns hold PadValue(), outputs 0.
+void Runner::FillInputs(const ForwardColumns& cols, const std::vector<int32_t>& before,
+                        const std::vector<std::vector<int32_t>>& ids,
+                        ForwardBuffers* buffers) {
+  const int rows = Cur().rows();
+  const size_t L = static_cast<size_t>(cols.columns);
+  const size_t nl = Cur().size();
+  ForwardBuffers& b = *buffers;
+  for (auto* per_layer : {&b.q, &b.k, &b.v, &b.o, &b.x, &b.gate, &b.beta}) {
+    per_layer->resize(nl);
+  }
+  b.io.resize(nl);
+  for (size_t l = 0; l < nl; ++l) {
+    const LayerConfig& d = p_.layers[l];
+    if (d.kind == CacheKind::kSsm) {
+      // Per token: x[C], then a[Hv] and b[Hv] turned into gate and beta.
+      const size_t C = d.SsmChannels();
+      const size_t hv = static_cast<size_t>(d.heads);
+      b.x[l].assign(static_cast<size_t>(rows) * L * C, PadValue());
+      b.gate[l].assign(static_cast<size_t>(rows) * L * hv, PadValue());
+      b.beta[l].assign(b.gate[l].size(), PadValue());
+      b.o[l].assign(static_cast<size_t>(rows) * L * hv * d.dv, 0.0f);
+      for (int r = 0; r < rows; ++r) {
+        for (int32_t j = 0; j < cols.Real(r); ++j) {
+          const size_t c = r * L + static_cast<size_t>(cols.left[r] + j);
+          RecurrentToken(static_cast<int>(l), ids[r][j], before[r] + j, C, hv, &b.x[l][c * C],
+                         &b.gate[l][c * hv], &b.beta[l][c * hv]);
+        }
+      }
+      SsmIO ssm;
+      ssm.conv_weights = conv_weights_[l].data();
+      ssm.x = b.x[l].data();
+      ssm.gate = b.gate[l].data();
+      ssm.beta = b.beta[l].data();
+      ssm.y = b.o[l].data();
+      b.io[l] = AttentionIO(ssm);
+      continue;
+    }
+    const size_t hd = static_cast<size_t>(d.heads) * d.dim;
+    const size_t n = static_cast<size_t>(rows) * L * hd;
+    b.q[l].assign(n, PadValue());
+    b.k[l].assign(n, PadValue());
+    b.v[l].assign(n, PadValue());
+    b.o[l].assign(n, 0.0f);
+    for (int r = 0; r < rows; ++r) {
+      for (int32_t j = 0; j < cols.Real(r); ++j) {
+        const size_t at = (r * L + static_cast<size_t>(cols.left[r] + j)) * hd;
+        AttentionToken(static_cast<int>(l), ids[r][j], before[r] + j, d.heads, d.dim,
+                       &b.q[l][at], &b.k[l][at], &b.v[l][at]);
+      }
+    }
+    b.io[l] = AttentionIO{b.q[l].data(), b.k[l].data(), b.v[l].data(), b.o[l].data()};
+  }
+}
+
+// Tells the index which token each attention layer's new k/v bytes are.
+void Runner::RememberWritten(const ForwardColumns& cols, const std::vector<int32_t>& before,
+                             const std::vector<std::vector<int32_t>>& ids,
+                             const ForwardBuffers& buffers) {
+  const size_t L = static_cast<size_t>(cols.columns);
+  for (size_t l = 0; l < Cur().size(); ++l) {
+    const LayerConfig& d = p_.layers[l];
+    if (d.kind == CacheKind::kSsm) continue;
+    const size_t hd = static_cast<size_t>(d.heads) * d.dim;
+    for (int r = 0; r < Cur().rows(); ++r) {
+      for (int32_t j = 0; j < cols.Real(r); ++j) {
+        const size_t at = (r * L + static_cast<size_t>(cols.left[r] + j)) * hd;
+        index_.Remember(static_cast<int>(l), ids[r][j], before[r] + j, &buffers.k[l][at],
+                        &buffers.v[l][at], hd);
+      }
+    }
+  }
+}
+
+// What every real query saw (attention layers: the tags of the slots its
+// mask admits, sorted) and computed, with the `sees` and `out` lines.
+LastForward Runner::ReadBack(const ForwardColumns& cols, const std::vector<int32_t>& before,
+                             const ForwardBuffers& buffers, ForwardLines* lines) {
+  const Layout& layout = Cur();
+  const size_t L = static_cast<size_t>(cols.columns);
+  LastForward last;
+  last.valid = true;
+  for (size_t l = 0; l < layout.size(); ++l) {
+    const LayerConfig& d = p_.layers[l];
+    const AttentionCache* cache = layout.attention(l);
+    const Mask* mask = cache ? layout.LastMask(l) : nullptr;
+    const KvView view = cache ? cache->View() : KvView();
+    // Values per query (attention: all heads' o) or token (recurrent: y).
+    const size_t per = cache ? static_cast<size_t>(d.heads) * d.dim
+                             : static_cast<size_t>(d.heads) * d.dv;
+    for (int r = 0; r < layout.rows(); ++r) {
+      for (int32_t j = 0; j < cols.Real(r); ++j) {
+        const int32_t col = cols.left[r] + j;
+        const int32_t pos = before[r] + j;
+        const std::string head = d.name + " r" + std::to_string(r) + " p" +
+                                 std::to_string(pos) + ":";
+        const QueryKey key{static_cast<int>(l), r, pos};
+        if (cache) {
+          std::vector<Tag> seen;
+          for (int32_t slot = 0; slot < mask->slots; ++slot) {
+            if (mask->Admits(r, col, slot)) {
+              seen.push_back(index_.Recover(static_cast<int>(l), view, r, slot));
+            }
+          }
+          std::sort(seen.begin(), seen.end());
+          lines->sees.push_back("sees " + head + JoinTags(seen));
+          last.sees[key] = std::move(seen);
+        }
+        const float* ov = &buffers.o[l][(r * L + static_cast<size_t>(col)) * per];
+        std::vector<float> values(ov, ov + per);
+        std::string line = "out " + head;
+        for (float value : values) line += " " + FormatValue(value);
+        lines->outs.push_back(line);
+        last.outs[key] = std::move(values);
+      }
+    }
+  }
+  return last;
+}
+
+}  // namespace kvspec::trace::runner_internal

@@ -1,0 +1,163 @@
+// The runner of trace/runner.h, shared by its files (not a public header):
+//   runner.cc          setup, the statement dispatch, trim / arm / accept and
+//                      the public entry points;
+//   runner_layouts.cc  names and budgets: fork, use, join, filter, extract,
+//                      reload and the memory budget;
+//   runner_forward.cc  forwards and read-back: running `window` / `decode`
+//                      and recovering what each query saw from the bytes;
+//   runner_expect.cc   expectations;
+//   runner_emit.cc     `sees` / `out` / `state` lines and --emit.
+// Token contents are trace/values.h's; tags are content_index.cc's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/layout.h"
+#include "trace/program.h"
+#include "trace/runner.h"
+
+namespace kvspec::trace::runner_internal {
+
+using QueryKey = std::tuple<int, int, int32_t>;  // layer, row, pos
+
+// What every query of a layout's last forward saw and computed.
+struct LastForward {
+  bool valid = false;
+  std::map<QueryKey, std::vector<Tag>> sees;
+  std::map<QueryKey, std::vector<float>> outs;
+};
+
+struct NamedLayout {
+  std::unique_ptr<Layout> layout;
+  LastForward last;
+};
+
+// The outcome of one statement.
+struct Outcome {
+  int code = 0;  // 0 done, 1 refused, 2 limit exceeded
+  std::string message;
+  static Outcome Refused(std::string m) { return {1, std::move(m)}; }
+  static Outcome Limit(std::string m) { return {2, std::move(m)}; }
+};
+
+// Inputs and outputs of one forward, per layer: q/k/v/o of an attention
+// layer ([rows][L][heads][dim]) or x/gate/beta/o of a recurrent one.
+struct ForwardBuffers {
+  std::vector<std::vector<float>> q, k, v, o, x, gate, beta;
+  std::vector<AttentionIO> io;
+};
+
+// The lines a forward prints, in order.
+struct ForwardLines {
+  std::vector<std::string> sees, outs;
+};
+
+// "%.9g" of v: what `out` lines print.
+std::string FormatValue(float v);
+// " t0 t1 ..": each tag preceded by a blank.
+std::string JoinTags(const std::vector<Tag>& tags);
+std::string JoinInts(const std::vector<int32_t>& v, char sep = ',');
+
+// Runs one program statement by statement against the real core. Layouts
+// are kept by name ("main" first); `current_` names the one statements
+// act on. Output is printed as it is produced, or collected for --emit.
+//
+// Invariants, once the header's layout exists (checked after every
+// statement in builds without NDEBUG):
+// - `current_` names a layout of `layouts_`, and every layout is non-null,
+//   has the header's layers and 1..kMaxRows rows;
+// - conv_weights_ has one entry per layer, [K][C] floats for an ssm layer
+//   and none for an attention layer;
+// - status_ is 0, 1 or 2, and top_level_ is true between statements.
+class Runner {
+ public:
+  Runner(const Program& program, const RunOptions& options, std::ostream& out,
+         std::ostream& err);
+  int Run();
+  Status CheckInvariants() const;
+
+ private:
+  Layout& Cur() { return *layouts_[current_].layout; }
+  LastForward& Last() { return layouts_[current_].last; }
+
+  // runner.cc
+  Outcome Execute(const Statement& st);
+  Outcome Trim(const Statement& st, const TrimOp& trim);
+  Outcome Arm();
+  Outcome Accept(const Statement& st, const AcceptOp& accept);
+
+  // runner_layouts.cc
+  Outcome Fork(const ForkOp& fork);
+  Outcome Use(const UseOp& use);
+  Outcome Join(const JoinOp& join);
+  Outcome Filter(const FilterOp& filter);
+  Outcome Extract(const ExtractOp& extract);
+  Outcome Reload(const Statement& st);
+  // Whether `more` bytes on top of every layout's storage fit the budget.
+  Outcome Budget(size_t more, const char* what) const;
+
+  // runner_forward.cc
+  Outcome Forward(const Statement& st, const WindowOp& w, bool decode);
+  Outcome PlanColumns(const WindowOp& w, bool decode, ForwardColumns* cols);
+  Outcome TokenIds(const WindowOp& w, const ForwardColumns& cols,
+                   const std::vector<int32_t>& before,
+                   std::vector<std::vector<int32_t>>* ids);
+  Outcome ForwardBudget(const ForwardColumns& cols);
+  void FillInputs(const ForwardColumns& cols, const std::vector<int32_t>& before,
+                  const std::vector<std::vector<int32_t>>& ids, ForwardBuffers* buffers);
+  void RememberWritten(const ForwardColumns& cols, const std::vector<int32_t>& before,
+                       const std::vector<std::vector<int32_t>>& ids,
+                       const ForwardBuffers& buffers);
+  LastForward ReadBack(const ForwardColumns& cols, const std::vector<int32_t>& before,
+                       const ForwardBuffers& buffers, ForwardLines* lines);
+
+  // runner_expect.cc
+  Outcome CheckSees(const Statement& st, const ExpectSees& e);
+  Outcome CheckOut(const Statement& st, const ExpectOut& e);
+  Outcome CheckPositions(const Statement& st, const ExpectPositions& e);
+  Outcome CheckError(const Statement& st, const ExpectError& e);
+  Outcome CheckEqual(const Statement& st, const ExpectEqual& e);
+  Outcome CheckTrimmable(const Statement& st, const ExpectTrimmable& e);
+  Outcome CheckKind(const Statement& st, const ExpectKind& e);
+  Outcome CheckBytesPerToken(const Statement& st, const ExpectBytesPerToken& e);
+  void Failed(const Statement& st, const std::string& expected, const std::string& got);
+
+  // runner_emit.cc
+  void Refusal(int line, const std::string& message);
+  // Writes the emitted trace (lines up to `last_line`) when emitting.
+  int Finish(int last_line);
+  // Normal output, or nothing while emitting.
+  void Print(const std::string& line);
+  void EmitAfter(const Statement& st, std::string line);
+  void EmitPositions(const Statement& st);
+  // `state LAYER rR HASH` per recurrent layer and row.
+  void PrintStates();
+  void PrintForward(const Statement& st, const ForwardLines& lines);
+
+  const Program& p_;
+  RunOptions opt_;
+  std::ostream& out_;
+  std::ostream& err_;
+  std::map<std::string, NamedLayout> layouts_;
+  std::string current_;
+  ContentIndex index_;
+  std::vector<std::vector<float>> conv_weights_;  // per ssm layer, [K][C]
+  int status_ = 0;
+  bool top_level_ = true;  // false while running the OP of `expect error`
+  std::set<int> drop_lines_;  // --emit: expectations the run regenerates
+  std::map<int, std::vector<std::string>> emit_after_;  // --emit: line -> lines
+};
+
+// The first observable difference between two layouts, or "".
+std::string Difference(const Layout& a, const Layout& b);
+
+}  // namespace kvspec::trace::runner_internal
