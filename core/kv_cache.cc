@@ -333,6 +333,11 @@ bool ColumnStore::SameShape(const ColumnStore& o) const {
          ring_capacity_ == o.ring_capacity_;
 }
 
+bool ColumnStore::SamePhase(const ColumnStore& o) const {
+  return slots_ == o.slots_ && first_ == o.first_ && held_ == o.held_ &&
+         slot_pos_ == o.slot_pos_ && peak_ == o.peak_ && last_write_real_ == o.last_write_real_;
+}
+
 void ColumnStore::GatherRows(const std::vector<RowSource>& sources, int64_t columns,
                              int64_t peak) {
   int64_t held = 0;
