@@ -188,7 +188,9 @@ class KvCache final : public WithKind<KvCache, ColumnStore> {
   explicit KvCache(int kv_heads, int dim, int32_t window = kNoWindow)
       : WithKind(1, kv_heads, dim, window, 0) {}
   std::unique_ptr<Cache> Copy() const override {
-    return std::make_unique<KvCache>(*this);
+    auto copy = std::make_unique<KvCache>(*this);
+    KVSPEC_ASSERT_INVARIANTS(*copy, "KvCache::Copy");
+    return copy;
   }
 };
 
@@ -198,7 +200,9 @@ class BatchedKvCache final : public WithKind<BatchedKvCache, ColumnStore> {
   BatchedKvCache(int rows, int kv_heads, int dim, int32_t window = kNoWindow)
       : WithKind(rows, kv_heads, dim, window, 0) {}
   std::unique_ptr<Cache> Copy() const override {
-    return std::make_unique<BatchedKvCache>(*this);
+    auto copy = std::make_unique<BatchedKvCache>(*this);
+    KVSPEC_ASSERT_INVARIANTS(*copy, "BatchedKvCache::Copy");
+    return copy;
   }
 };
 
@@ -208,7 +212,9 @@ class RotatingCache final : public WithKind<RotatingCache, ColumnStore> {
   RotatingCache(int kv_heads, int dim, int32_t window, int32_t capacity)
       : WithKind(1, kv_heads, dim, window, capacity) {}
   std::unique_ptr<Cache> Copy() const override {
-    return std::make_unique<RotatingCache>(*this);
+    auto copy = std::make_unique<RotatingCache>(*this);
+    KVSPEC_ASSERT_INVARIANTS(*copy, "RotatingCache::Copy");
+    return copy;
   }
 };
 
@@ -218,7 +224,9 @@ class BatchedRotatingCache final : public WithKind<BatchedRotatingCache, ColumnS
   BatchedRotatingCache(int rows, int kv_heads, int dim, int32_t window, int32_t capacity)
       : WithKind(rows, kv_heads, dim, window, capacity) {}
   std::unique_ptr<Cache> Copy() const override {
-    return std::make_unique<BatchedRotatingCache>(*this);
+    auto copy = std::make_unique<BatchedRotatingCache>(*this);
+    KVSPEC_ASSERT_INVARIANTS(*copy, "BatchedRotatingCache::Copy");
+    return copy;
   }
 };
 

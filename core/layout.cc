@@ -1,7 +1,6 @@
 #include "core/layout.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/batch.h"
 #include "kernels/conv1d.h"
@@ -86,6 +85,7 @@ Status Layout::Create(int rows, std::vector<LayerConfig> layers,
   }
   layout->configs_ = std::move(layers);
   layout->mask_of_layer_.assign(layout->layers_.size(), -1);
+  KVSPEC_ASSERT_INVARIANTS(*layout, "Layout::Create");
   *out = std::move(layout);
   return Status::Ok();
 }
@@ -101,6 +101,7 @@ std::unique_ptr<Layout> Layout::Copy() const {
   copy->verified_ = verified_;
   copy->verify_real_ = verify_real_;
   copy->reference_kernels_ = reference_kernels_;
+  KVSPEC_ASSERT_INVARIANTS(*copy, "Layout::Copy");
   return copy;
 }
 
@@ -178,19 +179,6 @@ Status Layout::Forward(const ForwardColumns& cols, const std::vector<AttentionIO
       mask_capacity_.push_back(a->ringCapacity());
       found = static_cast<int>(masks_.size() - 1);
     }
-#ifndef NDEBUG
-    // Layers sharing a mask must hold the same slot positions (lockstep).
-    const Mask& shared = masks_[found];
-    for (int r = 0; r < rows_; ++r) {
-      if (view.slots != shared.slots || view.first_slot != shared.first_slot ||
-          std::memcmp(view.slot_pos + r * view.slot_stride,
-                      shared.slot_pos + r * shared.slot_stride,
-                      sizeof(int32_t) * static_cast<size_t>(view.slots)) != 0) {
-        return Status::Error("internal: " + LayerName(configs_[i], i) +
-                             " is out of lockstep with its mask");
-      }
-    }
-#endif
     mask_of_layer_[i] = found;
     if (io[i].out && io[i].q) {
       (reference_kernels_ ? AttendReference : Attend)(io[i].q, configs_[i].QueryHeads(), view,
@@ -206,6 +194,8 @@ Status Layout::Forward(const ForwardColumns& cols, const std::vector<AttentionIO
   if (!cols.decode) {
     for (int r = 0; r < rows_; ++r) bypass_bound_.push_back(cols.Real(r));
   }
+  // Also: layers sharing a mask hold the same slot positions (lockstep).
+  KVSPEC_ASSERT_INVARIANTS(*this, "Layout::Forward");
   return Status::Ok();
 }
 
@@ -243,6 +233,7 @@ Status Layout::Trim(int32_t n, bool bypass) {
     if (!s.ok()) return Status::Error("internal: layers out of lockstep: " + s.message());
   }
   bypass_bound_.clear();
+  KVSPEC_ASSERT_INVARIANTS(*this, "Layout::Trim");
   return Status::Ok();
 }
 
@@ -265,6 +256,7 @@ Status Layout::Arm() {
   verified_ = false;
   verify_real_.clear();
   bypass_bound_.clear();
+  KVSPEC_ASSERT_INVARIANTS(*this, "Layout::Arm");
   return Status::Ok();
 }
 
@@ -309,6 +301,7 @@ Status Layout::Accept(const std::vector<int32_t>& keep) {
   verified_ = false;
   verify_real_.clear();
   bypass_bound_.clear();
+  KVSPEC_ASSERT_INVARIANTS(*this, "Layout::Accept");
   return Status::Ok();
 }
 
@@ -337,6 +330,7 @@ Status Layout::Filter(const std::vector<int32_t>& rows) {
   rows_ = static_cast<int>(rows.size());
   ForgetLastForward();
   bypass_bound_.clear();
+  KVSPEC_ASSERT_INVARIANTS(*this, "Layout::Filter");
   return Status::Ok();
 }
 
@@ -364,6 +358,7 @@ Status Layout::Join(const Layout& other) {
   rows_ += other.rows_;
   ForgetLastForward();
   bypass_bound_.clear();
+  KVSPEC_ASSERT_INVARIANTS(*this, "Layout::Join");
   return Status::Ok();
 }
 
@@ -380,6 +375,7 @@ Status Layout::Extract(int32_t row, std::unique_ptr<Layout>* out) const {
   }
   layout->mask_of_layer_.assign(layers_.size(), -1);
   layout->set_reference_kernels(reference_kernels_);
+  KVSPEC_ASSERT_INVARIANTS(*layout, "Layout::Extract");
   *out = std::move(layout);
   return Status::Ok();
 }

@@ -108,7 +108,10 @@ class Layout {
 
   // Forgets that the last change was a window (a bypass trim is then
   // refused): what a trace's `reload` means (TRACE.md precise rule 3).
-  void ForgetBypassBound() { bypass_bound_.clear(); }
+  void ForgetBypassBound() {
+    bypass_bound_.clear();
+    KVSPEC_ASSERT_INVARIANTS(*this, "Layout::ForgetBypassBound");
+  }
 
   // Run every kernel as its scalar reference (differential checks).
   void set_reference_kernels(bool on);

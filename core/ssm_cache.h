@@ -165,7 +165,9 @@ class SsmCache final : public WithKind<SsmCache, SsmCacheBase> {
   static constexpr std::string_view kKind = kKindSsm;
   explicit SsmCache(const SsmShape& shape) : WithKind(1, shape) {}
   std::unique_ptr<Cache> Copy() const override {
-    return std::make_unique<SsmCache>(*this);
+    auto copy = std::make_unique<SsmCache>(*this);
+    KVSPEC_ASSERT_INVARIANTS(*copy, "SsmCache::Copy");
+    return copy;
   }
 };
 
@@ -174,7 +176,9 @@ class BatchedSsmCache final : public WithKind<BatchedSsmCache, SsmCacheBase> {
   static constexpr std::string_view kKind = kKindBatchedSsm;
   BatchedSsmCache(int rows, const SsmShape& shape) : WithKind(rows, shape) {}
   std::unique_ptr<Cache> Copy() const override {
-    return std::make_unique<BatchedSsmCache>(*this);
+    auto copy = std::make_unique<BatchedSsmCache>(*this);
+    KVSPEC_ASSERT_INVARIANTS(*copy, "BatchedSsmCache::Copy");
+    return copy;
   }
 };
 
