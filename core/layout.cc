@@ -15,6 +15,80 @@ std::string LayerName(const LayerConfig& c, size_t i) {
 
 }  // namespace
 
+namespace {
+
+// The cache of one plain attention layer, or why its config is refused.
+Status NewPlainLayer(int rows, const LayerConfig& c, size_t i, std::unique_ptr<Cache>* out) {
+  if (c.heads < 1 || c.dim < 1 || c.window < 0 || c.QueryHeads() % c.heads != 0) {
+    return Status::Error(LayerName(c, i) + ": bad shape (heads " + std::to_string(c.heads) +
+                         ", query heads " + std::to_string(c.QueryHeads()) + ", dim " +
+                         std::to_string(c.dim) + ", window " + std::to_string(c.window) + ")");
+  }
+  if (rows == 1) {
+    *out = std::make_unique<KvCache>(c.heads, c.dim, c.window);
+  } else {
+    *out = std::make_unique<BatchedKvCache>(rows, c.heads, c.dim, c.window);
+  }
+  return Status::Ok();
+}
+
+Status NewRingLayer(int rows, const LayerConfig& c, size_t i, std::unique_ptr<Cache>* out) {
+  const int32_t capacity = c.RingCapacity();
+  if (c.heads < 1 || c.dim < 1 || c.window < 1 || capacity < c.window ||
+      c.QueryHeads() % c.heads != 0) {
+    return Status::Error(LayerName(c, i) + ": bad ring shape (heads " +
+                         std::to_string(c.heads) + ", dim " + std::to_string(c.dim) +
+                         ", window " + std::to_string(c.window) + ", capacity " +
+                         std::to_string(capacity) + ")");
+  }
+  if (rows == 1) {
+    *out = std::make_unique<RotatingCache>(c.heads, c.dim, c.window, capacity);
+  } else {
+    *out = std::make_unique<BatchedRotatingCache>(rows, c.heads, c.dim, c.window, capacity);
+  }
+  return Status::Ok();
+}
+
+Status NewRecurrentLayer(int rows, const LayerConfig& c, size_t i,
+                         std::unique_ptr<Cache>* out) {
+  SsmShape shape;
+  shape.value_heads = c.heads;
+  shape.key_heads = c.KeyHeads();
+  shape.dk = c.dk;
+  shape.dv = c.dv;
+  shape.conv = c.conv;
+  if (shape.value_heads < 1 || shape.key_heads < 1 ||
+      shape.value_heads % shape.key_heads != 0 || shape.dk < 1 || shape.dv < 1 ||
+      shape.conv < 1 || shape.conv > static_cast<int>(kMaxConvKernel)) {
+    return Status::Error(LayerName(c, i) + ": bad recurrent shape (heads " +
+                         std::to_string(shape.value_heads) + ", kheads " +
+                         std::to_string(shape.key_heads) + ", dk " + std::to_string(shape.dk) +
+                         ", dv " + std::to_string(shape.dv) + ", conv " +
+                         std::to_string(shape.conv) + ")");
+  }
+  if (rows == 1) {
+    *out = std::make_unique<SsmCache>(shape);
+  } else {
+    *out = std::make_unique<BatchedSsmCache>(rows, shape);
+  }
+  return Status::Ok();
+}
+
+// The cache of layer i of a layout of `rows` rows (batched when rows > 1).
+Status NewLayerCache(int rows, const LayerConfig& c, size_t i, std::unique_ptr<Cache>* out) {
+  switch (c.kind) {
+    case CacheKind::kKv:
+      return NewPlainLayer(rows, c, i, out);
+    case CacheKind::kRotating:
+      return NewRingLayer(rows, c, i, out);
+    case CacheKind::kSsm:
+      return NewRecurrentLayer(rows, c, i, out);
+  }
+  return Status::Error(LayerName(c, i) + ": unknown kind");
+}
+
+}  // namespace
+
 Status Layout::Create(int rows, std::vector<LayerConfig> layers,
                       std::unique_ptr<Layout>* out) {
   if (rows < 1) return Status::Error("a layout needs at least one row");
@@ -22,66 +96,9 @@ Status Layout::Create(int rows, std::vector<LayerConfig> layers,
   std::unique_ptr<Layout> layout(new Layout());
   layout->rows_ = rows;
   for (size_t i = 0; i < layers.size(); ++i) {
-    const LayerConfig& c = layers[i];
-    switch (c.kind) {
-      case CacheKind::kKv: {
-        if (c.heads < 1 || c.dim < 1 || c.window < 0 || c.QueryHeads() % c.heads != 0) {
-          return Status::Error(LayerName(c, i) + ": bad shape (heads " +
-                               std::to_string(c.heads) + ", query heads " +
-                               std::to_string(c.QueryHeads()) + ", dim " +
-                               std::to_string(c.dim) + ", window " +
-                               std::to_string(c.window) + ")");
-        }
-        if (rows == 1) {
-          layout->layers_.push_back(std::make_unique<KvCache>(c.heads, c.dim, c.window));
-        } else {
-          layout->layers_.push_back(
-              std::make_unique<BatchedKvCache>(rows, c.heads, c.dim, c.window));
-        }
-        break;
-      }
-      case CacheKind::kRotating: {
-        const int32_t capacity = c.capacity ? c.capacity : c.window;
-        if (c.heads < 1 || c.dim < 1 || c.window < 1 || capacity < c.window ||
-            c.QueryHeads() % c.heads != 0) {
-          return Status::Error(LayerName(c, i) + ": bad ring shape (heads " +
-                               std::to_string(c.heads) + ", dim " + std::to_string(c.dim) +
-                               ", window " + std::to_string(c.window) + ", capacity " +
-                               std::to_string(capacity) + ")");
-        }
-        if (rows == 1) {
-          layout->layers_.push_back(
-              std::make_unique<RotatingCache>(c.heads, c.dim, c.window, capacity));
-        } else {
-          layout->layers_.push_back(std::make_unique<BatchedRotatingCache>(
-              rows, c.heads, c.dim, c.window, capacity));
-        }
-        break;
-      }
-      case CacheKind::kSsm: {
-        SsmShape shape;
-        shape.value_heads = c.heads;
-        shape.key_heads = c.kheads ? c.kheads : c.heads;
-        shape.dk = c.dk;
-        shape.dv = c.dv;
-        shape.conv = c.conv;
-        if (shape.value_heads < 1 || shape.key_heads < 1 ||
-            shape.value_heads % shape.key_heads != 0 || shape.dk < 1 || shape.dv < 1 ||
-            shape.conv < 1 || shape.conv > static_cast<int>(kMaxConvKernel)) {
-          return Status::Error(LayerName(c, i) + ": bad recurrent shape (heads " +
-                               std::to_string(shape.value_heads) + ", kheads " +
-                               std::to_string(shape.key_heads) + ", dk " +
-                               std::to_string(shape.dk) + ", dv " + std::to_string(shape.dv) +
-                               ", conv " + std::to_string(shape.conv) + ")");
-        }
-        if (rows == 1) {
-          layout->layers_.push_back(std::make_unique<SsmCache>(shape));
-        } else {
-          layout->layers_.push_back(std::make_unique<BatchedSsmCache>(rows, shape));
-        }
-        break;
-      }
-    }
+    std::unique_ptr<Cache> cache;
+    KVSPEC_RETURN_IF_ERROR(NewLayerCache(rows, layers[i], i, &cache));
+    layout->layers_.push_back(std::move(cache));
   }
   layout->configs_ = std::move(layers);
   layout->mask_of_layer_.assign(layout->layers_.size(), -1);
@@ -194,7 +211,7 @@ Status Layout::Forward(const ForwardColumns& cols, const std::vector<AttentionIO
   if (!cols.decode) {
     for (int r = 0; r < rows_; ++r) bypass_bound_.push_back(cols.Real(r));
   }
-  // Also: layers sharing a mask hold the same slot positions (lockstep).
+  // Invariant 5 among them: every layer reads a mask built over its own slots.
   KVSPEC_ASSERT_INVARIANTS(*this, "Layout::Forward");
   return Status::Ok();
 }
