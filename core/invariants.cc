@@ -265,6 +265,8 @@ Status Layout::CheckLayer(size_t i) const {
   if (c.positions() != layers_[0]->positions() || c.columns() != layers_[0]->columns()) {
     return Broken(kLayoutType, 3, LayerText(i) + " is out of step with layer 0");
   }
+  // Compared with the first layer of its mask only: equal phases are
+  // transitive, and the check stays linear in the layers.
   const auto* store = dynamic_cast<const ColumnStore*>(&c);
   for (size_t j = 0; store && j < i; ++j) {
     const auto* other = dynamic_cast<const ColumnStore*>(layers_[j].get());
@@ -276,6 +278,7 @@ Status Layout::CheckLayer(size_t i) const {
       return Broken(kLayoutType, 4,
                     LayerText(i) + " is out of lockstep with layer " + std::to_string(j));
     }
+    break;
   }
   return Status::Ok();
 }
