@@ -107,6 +107,11 @@ class Cache {
 
   // An explicit deep copy.
   virtual std::unique_ptr<Cache> Copy() const = 0;
+
+  // Checks the invariants stated at the implementing class (core/invariants.h);
+  // an error names the first broken one. A cache that states none (a test's
+  // stand-in) has none to check.
+  virtual Status CheckInvariants() const { return Status::Ok(); }
 };
 
 // Gives a concrete cache its kind() from `static constexpr std::string_view

@@ -181,6 +181,7 @@ Status ColumnStore::Append(const ForwardColumns& cols, const float* k, const flo
   columns_ += cols.columns;
   peak_before_write_ = peak_;
   peak_ = std::max(peak_, columns_);
+  KVSPEC_ASSERT_INVARIANTS(*this, "ColumnStore::Append");
   return Status::Ok();
 }
 
@@ -221,6 +222,7 @@ void ColumnStore::Drop(const std::vector<int32_t>& drop) {
   if (!last_write_real_.empty()) peak_ = std::max(peak_before_write_, columns_);
   last_write_real_.clear();
   last_write_was_decode_ = false;
+  KVSPEC_ASSERT_INVARIANTS(*this, "ColumnStore::Drop (trim, drop tips)");
 }
 
 Status ColumnStore::CheckTrim(int32_t n, bool bypass) const {
@@ -333,6 +335,11 @@ bool ColumnStore::SameShape(const ColumnStore& o) const {
          ring_capacity_ == o.ring_capacity_;
 }
 
+bool ColumnStore::SamePhase(const ColumnStore& o) const {
+  return slots_ == o.slots_ && first_ == o.first_ && held_ == o.held_ &&
+         slot_pos_ == o.slot_pos_ && peak_ == o.peak_ && last_write_real_ == o.last_write_real_;
+}
+
 void ColumnStore::GatherRows(const std::vector<RowSource>& sources, int64_t columns,
                              int64_t peak) {
   int64_t held = 0;
@@ -371,6 +378,7 @@ void ColumnStore::GatherRows(const std::vector<RowSource>& sources, int64_t colu
   last_write_real_.clear();
   last_write_was_decode_ = false;
   CountHeldPads();
+  KVSPEC_ASSERT_INVARIANTS(*this, "ColumnStore::GatherRows");
 }
 
 void ColumnStore::GatherRealTokens(const ColumnStore& src, int row) {
@@ -407,6 +415,7 @@ void ColumnStore::GatherRealTokens(const ColumnStore& src, int row) {
   last_write_real_.clear();
   last_write_was_decode_ = false;
   CountHeldPads();
+  KVSPEC_ASSERT_INVARIANTS(*this, "ColumnStore::GatherRealTokens");
 }
 
 std::unique_ptr<ColumnStore> NewColumnStore(bool batched, int rows, int kv_heads, int dim,

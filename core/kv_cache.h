@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/cache.h"
+#include "core/invariants.h"
 #include "core/mask.h"
 #include "kernels/kv_view.h"
 
@@ -57,6 +58,27 @@ class AttentionCache : public Cache {
 // plus the whole forward, and every column while it has not wrapped, so
 // that a trim can still drop any of them. Its buffer grows past M only when a write needs more, sized
 // from the physical column count.
+//
+// Invariants (CheckInvariants, cheap ones first; W window, M ring capacity,
+// S slots, "real" a row's held slots that hold a position):
+//  1. Shape: rows, kv heads, dim >= 1, window >= 0; a plain cache has M = 0,
+//     a ring 1 <= W <= M.
+//  2. Counters: 0 <= held <= columns <= peak; 0 <= peak before write <= peak.
+//  3. Ring geometry: held <= S; first < S (first = 0 when S = 0); a ring's
+//     allocated buffer has S >= M.
+//  4. A plain cache holds every column from slot 0 (held = columns,
+//     first = 0); a ring that has not wrapped holds every column.
+//  5. Sizes: keys and values rows*kv_heads*S*dim floats, slot positions
+//     rows*S, next and held pads one per row, last write empty or one per row.
+//  6. Per row: 0 <= next <= columns.
+//  7. Per row: each held slot holds -1 or a position below next, increasing
+//     in logical order; a slot outside the held columns holds -1.
+//  8. Per row: every token a later query or trim may need is held: its
+//     newest held position is next - 1, and it holds all next tokens, or the
+//     last min(next, W - 1) once wrapped with next > M.
+//  9. Per row: 0 <= last write <= real; the last write is a decode only if
+//     there is a last write.
+// 10. Per row: held pads = the held columns that hold -1.
 class ColumnStore : public AttentionCache {
  public:
   ColumnStore(int rows, int kv_heads, int dim, int32_t window, int32_t ring_capacity);
@@ -107,9 +129,22 @@ class ColumnStore : public AttentionCache {
   // would still hold physically counts as wrapped (not trimmable).
   void GatherRealTokens(const ColumnStore& src, int row);
   int64_t peak() const { return peak_; }
+  // Real tokens per row of the last write; empty after any other change.
+  const std::vector<int32_t>& lastWriteReal() const { return last_write_real_; }
+  // Same physical phase as `other` (layers sharing a mask must be): slots,
+  // oldest slot, held columns, slot positions, peak and last write.
+  bool SamePhase(const ColumnStore& other) const;
+
+  // The invariants listed at the class; an error names the first broken one.
+  Status CheckInvariants() const override;
 
  protected:
   friend class CacheCodec;
+  friend struct InvariantsTestAccess;  // core/tests/invariants_test.cc corrupts states
+  // Invariants 1-9: everything but the held pads, which are derived from the
+  // slot positions (the codec recomputes them once these hold).
+  Status CheckStoredState() const;
+  Status CheckRow(int row) const;  // invariants 6-9 of one row
   // Older columns a write must keep: all while not wrapped, else W - 1.
   int64_t ColumnsToKeep() const;
   // Buffer size after appending `columns` columns.
@@ -153,7 +188,9 @@ class KvCache final : public WithKind<KvCache, ColumnStore> {
   explicit KvCache(int kv_heads, int dim, int32_t window = kNoWindow)
       : WithKind(1, kv_heads, dim, window, 0) {}
   std::unique_ptr<Cache> Copy() const override {
-    return std::make_unique<KvCache>(*this);
+    auto copy = std::make_unique<KvCache>(*this);
+    KVSPEC_ASSERT_INVARIANTS(*copy, "KvCache::Copy");
+    return copy;
   }
 };
 
@@ -163,7 +200,9 @@ class BatchedKvCache final : public WithKind<BatchedKvCache, ColumnStore> {
   BatchedKvCache(int rows, int kv_heads, int dim, int32_t window = kNoWindow)
       : WithKind(rows, kv_heads, dim, window, 0) {}
   std::unique_ptr<Cache> Copy() const override {
-    return std::make_unique<BatchedKvCache>(*this);
+    auto copy = std::make_unique<BatchedKvCache>(*this);
+    KVSPEC_ASSERT_INVARIANTS(*copy, "BatchedKvCache::Copy");
+    return copy;
   }
 };
 
@@ -173,7 +212,9 @@ class RotatingCache final : public WithKind<RotatingCache, ColumnStore> {
   RotatingCache(int kv_heads, int dim, int32_t window, int32_t capacity)
       : WithKind(1, kv_heads, dim, window, capacity) {}
   std::unique_ptr<Cache> Copy() const override {
-    return std::make_unique<RotatingCache>(*this);
+    auto copy = std::make_unique<RotatingCache>(*this);
+    KVSPEC_ASSERT_INVARIANTS(*copy, "RotatingCache::Copy");
+    return copy;
   }
 };
 
@@ -183,7 +224,9 @@ class BatchedRotatingCache final : public WithKind<BatchedRotatingCache, ColumnS
   BatchedRotatingCache(int rows, int kv_heads, int dim, int32_t window, int32_t capacity)
       : WithKind(rows, kv_heads, dim, window, capacity) {}
   std::unique_ptr<Cache> Copy() const override {
-    return std::make_unique<BatchedRotatingCache>(*this);
+    auto copy = std::make_unique<BatchedRotatingCache>(*this);
+    KVSPEC_ASSERT_INVARIANTS(*copy, "BatchedRotatingCache::Copy");
+    return copy;
   }
 };
 

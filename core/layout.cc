@@ -1,7 +1,6 @@
 #include "core/layout.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/batch.h"
 #include "kernels/conv1d.h"
@@ -16,6 +15,80 @@ std::string LayerName(const LayerConfig& c, size_t i) {
 
 }  // namespace
 
+namespace {
+
+// The cache of one plain attention layer, or why its config is refused.
+Status NewPlainLayer(int rows, const LayerConfig& c, size_t i, std::unique_ptr<Cache>* out) {
+  if (c.heads < 1 || c.dim < 1 || c.window < 0 || c.QueryHeads() % c.heads != 0) {
+    return Status::Error(LayerName(c, i) + ": bad shape (heads " + std::to_string(c.heads) +
+                         ", query heads " + std::to_string(c.QueryHeads()) + ", dim " +
+                         std::to_string(c.dim) + ", window " + std::to_string(c.window) + ")");
+  }
+  if (rows == 1) {
+    *out = std::make_unique<KvCache>(c.heads, c.dim, c.window);
+  } else {
+    *out = std::make_unique<BatchedKvCache>(rows, c.heads, c.dim, c.window);
+  }
+  return Status::Ok();
+}
+
+Status NewRingLayer(int rows, const LayerConfig& c, size_t i, std::unique_ptr<Cache>* out) {
+  const int32_t capacity = c.RingCapacity();
+  if (c.heads < 1 || c.dim < 1 || c.window < 1 || capacity < c.window ||
+      c.QueryHeads() % c.heads != 0) {
+    return Status::Error(LayerName(c, i) + ": bad ring shape (heads " +
+                         std::to_string(c.heads) + ", dim " + std::to_string(c.dim) +
+                         ", window " + std::to_string(c.window) + ", capacity " +
+                         std::to_string(capacity) + ")");
+  }
+  if (rows == 1) {
+    *out = std::make_unique<RotatingCache>(c.heads, c.dim, c.window, capacity);
+  } else {
+    *out = std::make_unique<BatchedRotatingCache>(rows, c.heads, c.dim, c.window, capacity);
+  }
+  return Status::Ok();
+}
+
+Status NewRecurrentLayer(int rows, const LayerConfig& c, size_t i,
+                         std::unique_ptr<Cache>* out) {
+  SsmShape shape;
+  shape.value_heads = c.heads;
+  shape.key_heads = c.KeyHeads();
+  shape.dk = c.dk;
+  shape.dv = c.dv;
+  shape.conv = c.conv;
+  if (shape.value_heads < 1 || shape.key_heads < 1 ||
+      shape.value_heads % shape.key_heads != 0 || shape.dk < 1 || shape.dv < 1 ||
+      shape.conv < 1 || shape.conv > static_cast<int>(kMaxConvKernel)) {
+    return Status::Error(LayerName(c, i) + ": bad recurrent shape (heads " +
+                         std::to_string(shape.value_heads) + ", kheads " +
+                         std::to_string(shape.key_heads) + ", dk " + std::to_string(shape.dk) +
+                         ", dv " + std::to_string(shape.dv) + ", conv " +
+                         std::to_string(shape.conv) + ")");
+  }
+  if (rows == 1) {
+    *out = std::make_unique<SsmCache>(shape);
+  } else {
+    *out = std::make_unique<BatchedSsmCache>(rows, shape);
+  }
+  return Status::Ok();
+}
+
+// The cache of layer i of a layout of `rows` rows (batched when rows > 1).
+Status NewLayerCache(int rows, const LayerConfig& c, size_t i, std::unique_ptr<Cache>* out) {
+  switch (c.kind) {
+    case CacheKind::kKv:
+      return NewPlainLayer(rows, c, i, out);
+    case CacheKind::kRotating:
+      return NewRingLayer(rows, c, i, out);
+    case CacheKind::kSsm:
+      return NewRecurrentLayer(rows, c, i, out);
+  }
+  return Status::Error(LayerName(c, i) + ": unknown kind");
+}
+
+}  // namespace
+
 Status Layout::Create(int rows, std::vector<LayerConfig> layers,
                       std::unique_ptr<Layout>* out) {
   if (rows < 1) return Status::Error("a layout needs at least one row");
@@ -23,69 +96,13 @@ Status Layout::Create(int rows, std::vector<LayerConfig> layers,
   std::unique_ptr<Layout> layout(new Layout());
   layout->rows_ = rows;
   for (size_t i = 0; i < layers.size(); ++i) {
-    const LayerConfig& c = layers[i];
-    switch (c.kind) {
-      case CacheKind::kKv: {
-        if (c.heads < 1 || c.dim < 1 || c.window < 0 || c.QueryHeads() % c.heads != 0) {
-          return Status::Error(LayerName(c, i) + ": bad shape (heads " +
-                               std::to_string(c.heads) + ", query heads " +
-                               std::to_string(c.QueryHeads()) + ", dim " +
-                               std::to_string(c.dim) + ", window " +
-                               std::to_string(c.window) + ")");
-        }
-        if (rows == 1) {
-          layout->layers_.push_back(std::make_unique<KvCache>(c.heads, c.dim, c.window));
-        } else {
-          layout->layers_.push_back(
-              std::make_unique<BatchedKvCache>(rows, c.heads, c.dim, c.window));
-        }
-        break;
-      }
-      case CacheKind::kRotating: {
-        const int32_t capacity = c.capacity ? c.capacity : c.window;
-        if (c.heads < 1 || c.dim < 1 || c.window < 1 || capacity < c.window ||
-            c.QueryHeads() % c.heads != 0) {
-          return Status::Error(LayerName(c, i) + ": bad ring shape (heads " +
-                               std::to_string(c.heads) + ", dim " + std::to_string(c.dim) +
-                               ", window " + std::to_string(c.window) + ", capacity " +
-                               std::to_string(capacity) + ")");
-        }
-        if (rows == 1) {
-          layout->layers_.push_back(
-              std::make_unique<RotatingCache>(c.heads, c.dim, c.window, capacity));
-        } else {
-          layout->layers_.push_back(std::make_unique<BatchedRotatingCache>(
-              rows, c.heads, c.dim, c.window, capacity));
-        }
-        break;
-      }
-      case CacheKind::kSsm: {
-        SsmShape shape;
-        shape.value_heads = c.heads;
-        shape.key_heads = c.kheads ? c.kheads : c.heads;
-        shape.dk = c.dk;
-        shape.dv = c.dv;
-        shape.conv = c.conv;
-        if (shape.value_heads < 1 || shape.key_heads < 1 ||
-            shape.value_heads % shape.key_heads != 0 || shape.dk < 1 || shape.dv < 1 ||
-            shape.conv < 1 || shape.conv > static_cast<int>(kMaxConvKernel)) {
-          return Status::Error(LayerName(c, i) + ": bad recurrent shape (heads " +
-                               std::to_string(shape.value_heads) + ", kheads " +
-                               std::to_string(shape.key_heads) + ", dk " +
-                               std::to_string(shape.dk) + ", dv " + std::to_string(shape.dv) +
-                               ", conv " + std::to_string(shape.conv) + ")");
-        }
-        if (rows == 1) {
-          layout->layers_.push_back(std::make_unique<SsmCache>(shape));
-        } else {
-          layout->layers_.push_back(std::make_unique<BatchedSsmCache>(rows, shape));
-        }
-        break;
-      }
-    }
+    std::unique_ptr<Cache> cache;
+    KVSPEC_RETURN_IF_ERROR(NewLayerCache(rows, layers[i], i, &cache));
+    layout->layers_.push_back(std::move(cache));
   }
   layout->configs_ = std::move(layers);
   layout->mask_of_layer_.assign(layout->layers_.size(), -1);
+  KVSPEC_ASSERT_INVARIANTS(*layout, "Layout::Create");
   *out = std::move(layout);
   return Status::Ok();
 }
@@ -101,6 +118,7 @@ std::unique_ptr<Layout> Layout::Copy() const {
   copy->verified_ = verified_;
   copy->verify_real_ = verify_real_;
   copy->reference_kernels_ = reference_kernels_;
+  KVSPEC_ASSERT_INVARIANTS(*copy, "Layout::Copy");
   return copy;
 }
 
@@ -178,19 +196,6 @@ Status Layout::Forward(const ForwardColumns& cols, const std::vector<AttentionIO
       mask_capacity_.push_back(a->ringCapacity());
       found = static_cast<int>(masks_.size() - 1);
     }
-#ifndef NDEBUG
-    // Layers sharing a mask must hold the same slot positions (lockstep).
-    const Mask& shared = masks_[found];
-    for (int r = 0; r < rows_; ++r) {
-      if (view.slots != shared.slots || view.first_slot != shared.first_slot ||
-          std::memcmp(view.slot_pos + r * view.slot_stride,
-                      shared.slot_pos + r * shared.slot_stride,
-                      sizeof(int32_t) * static_cast<size_t>(view.slots)) != 0) {
-        return Status::Error("internal: " + LayerName(configs_[i], i) +
-                             " is out of lockstep with its mask");
-      }
-    }
-#endif
     mask_of_layer_[i] = found;
     if (io[i].out && io[i].q) {
       (reference_kernels_ ? AttendReference : Attend)(io[i].q, configs_[i].QueryHeads(), view,
@@ -206,6 +211,8 @@ Status Layout::Forward(const ForwardColumns& cols, const std::vector<AttentionIO
   if (!cols.decode) {
     for (int r = 0; r < rows_; ++r) bypass_bound_.push_back(cols.Real(r));
   }
+  // Invariant 5 among them: every layer reads a mask built over its own slots.
+  KVSPEC_ASSERT_INVARIANTS(*this, "Layout::Forward");
   return Status::Ok();
 }
 
@@ -243,6 +250,7 @@ Status Layout::Trim(int32_t n, bool bypass) {
     if (!s.ok()) return Status::Error("internal: layers out of lockstep: " + s.message());
   }
   bypass_bound_.clear();
+  KVSPEC_ASSERT_INVARIANTS(*this, "Layout::Trim");
   return Status::Ok();
 }
 
@@ -265,6 +273,7 @@ Status Layout::Arm() {
   verified_ = false;
   verify_real_.clear();
   bypass_bound_.clear();
+  KVSPEC_ASSERT_INVARIANTS(*this, "Layout::Arm");
   return Status::Ok();
 }
 
@@ -309,6 +318,7 @@ Status Layout::Accept(const std::vector<int32_t>& keep) {
   verified_ = false;
   verify_real_.clear();
   bypass_bound_.clear();
+  KVSPEC_ASSERT_INVARIANTS(*this, "Layout::Accept");
   return Status::Ok();
 }
 
@@ -337,6 +347,7 @@ Status Layout::Filter(const std::vector<int32_t>& rows) {
   rows_ = static_cast<int>(rows.size());
   ForgetLastForward();
   bypass_bound_.clear();
+  KVSPEC_ASSERT_INVARIANTS(*this, "Layout::Filter");
   return Status::Ok();
 }
 
@@ -364,6 +375,7 @@ Status Layout::Join(const Layout& other) {
   rows_ += other.rows_;
   ForgetLastForward();
   bypass_bound_.clear();
+  KVSPEC_ASSERT_INVARIANTS(*this, "Layout::Join");
   return Status::Ok();
 }
 
@@ -380,6 +392,7 @@ Status Layout::Extract(int32_t row, std::unique_ptr<Layout>* out) const {
   }
   layout->mask_of_layer_.assign(layers_.size(), -1);
   layout->set_reference_kernels(reference_kernels_);
+  KVSPEC_ASSERT_INVARIANTS(*layout, "Layout::Extract");
   *out = std::move(layout);
   return Status::Ok();
 }

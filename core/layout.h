@@ -5,6 +5,25 @@
 // per distinct (window, ring capacity) and hands each layer its own, runs
 // speculative rounds, and makes every operation all-or-nothing: a refused
 // operation returns an error and leaves every layer bit-identical.
+//
+// Invariants (Layout::CheckInvariants, cheap ones first):
+//  1. At least one row and one layer; one config per layer.
+//  2. Every layer's cache holds its own invariants, has the layout's row
+//     count (a batched kind when rows > 1) and is the cache its config
+//     describes (kind and shape; query heads a multiple of heads).
+//  3. Lockstep: every layer has layer 0's columns and positions.
+//  4. Layers that share a mask (same window and ring capacity) are at the
+//     same physical phase (ColumnStore::SamePhase).
+//  5. Mask bookkeeping: one mask capacity per mask, one mask index per
+//     layer, -1 or a mask of the layer's window and capacity whose slots,
+//     phase and slot positions are the layer's own.
+//  6. Round state: the bypass bound is empty or one per row in [0, next];
+//     verified only when armed; verify sizes one per row in [0, next] when
+//     verified, none otherwise; every recurrent layer is armed and verified
+//     as the layout is, with the layout's verify sizes as its round sizes.
+//  7. The bound of a bypass trim or an accept (the verify sizes when
+//     verified, else the bypass bound) lies within every attention layer's
+//     last write.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +34,7 @@
 
 #include "kernels/attention.h"
 #include "core/cache.h"
+#include "core/invariants.h"
 #include "core/kv_cache.h"
 #include "core/layer_config.h"
 #include "core/mask.h"
@@ -88,7 +108,10 @@ class Layout {
 
   // Forgets that the last change was a window (a bypass trim is then
   // refused): what a trace's `reload` means (TRACE.md precise rule 3).
-  void ForgetBypassBound() { bypass_bound_.clear(); }
+  void ForgetBypassBound() {
+    bypass_bound_.clear();
+    KVSPEC_ASSERT_INVARIANTS(*this, "Layout::ForgetBypassBound");
+  }
 
   // Run every kernel as its scalar reference (differential checks).
   void set_reference_kernels(bool on);
@@ -97,10 +120,18 @@ class Layout {
   // Every byte of state, for "refused operations change nothing" checks.
   uint64_t StateHash() const;
 
+  // The invariants listed at the top of this file; an error names the first
+  // broken one.
+  Status CheckInvariants() const;
+
  private:
   friend class CacheCodec;
+  friend struct InvariantsTestAccess;  // core/tests/invariants_test.cc corrupts states
   Layout() = default;
   void ForgetLastForward();
+  Status CheckLayer(size_t layer) const;       // invariants 2-4 of one layer
+  Status CheckMaskOfLayer(size_t layer) const; // invariant 5 of one layer
+  Status CheckRoundState() const;              // invariants 6-7
 
   int rows_ = 0;
   std::vector<LayerConfig> configs_;
@@ -118,8 +149,8 @@ class Layout {
 
   bool armed_ = false;
   bool verified_ = false;
-  std::vector<int32_t> verify_real_;
-  bool reference_kernels_ = false;  // real tokens per row of the verify forward
+  std::vector<int32_t> verify_real_;  // real tokens per row of the verify forward
+  bool reference_kernels_ = false;
 };
 
 }  // namespace kvspec

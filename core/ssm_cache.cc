@@ -181,6 +181,7 @@ Status SsmCacheBase::Forward(const ForwardColumns& cols, const SsmIO& io) {
   }
   if (verify) verified_ = true;
   columns_ += cols.columns;
+  KVSPEC_ASSERT_INVARIANTS(*this, "SsmCacheBase::Forward");
   return Status::Ok();
 }
 
@@ -191,6 +192,7 @@ Status SsmCacheBase::ArmRound() {
   snapshot_ = active_;
   round_real_.assign(static_cast<size_t>(rows_), 0);
   record_.assign(static_cast<size_t>(rows_), {});
+  KVSPEC_ASSERT_INVARIANTS(*this, "SsmCacheBase::ArmRound");
   return Status::Ok();
 }
 
@@ -201,6 +203,7 @@ Status SsmCacheBase::Commit() {
   snapshot_.clear();
   round_real_.clear();
   record_.clear();
+  KVSPEC_ASSERT_INVARIANTS(*this, "SsmCacheBase::Commit (also ends a rollback)");
   return Status::Ok();
 }
 
@@ -260,6 +263,7 @@ void SsmCacheBase::GatherRows(const std::vector<RowSource>& sources, int64_t col
     next_[r] = src.next_[sr];
   }
   columns_ = columns;
+  KVSPEC_ASSERT_INVARIANTS(*this, "SsmCacheBase::GatherRows");
 }
 
 std::unique_ptr<SsmCacheBase> NewSsmCache(bool batched, int rows, const SsmShape& shape) {

@@ -16,6 +16,20 @@
 // snapshot and replays the first keep[r] recorded tokens through the same
 // step functions, so the state is byte-identical to a run that only ever
 // saw the accepted tokens.
+//
+// Invariants (SsmCacheBase::CheckInvariants, cheap ones first):
+//  1. Shape: rows, value heads, key heads, dk, dv >= 1; key heads divide
+//     value heads; 1 <= conv <= kMaxConvKernel.
+//  2. Sizes: one buffer holds conv + recurrent floats; the states hold
+//     rows*2 buffers; active buffers and next positions one per row.
+//  3. Counters: columns >= 0; per row the active buffer is 0 or 1 and
+//     0 <= next <= columns.
+//  4. Round: verified only when armed; snapshots, round sizes and records
+//     one per row while armed, none otherwise.
+//  5. Per row while armed: the snapshot is buffer 0 or 1; 0 <= round size
+//     <= next, and 0 before the verify forward; the active buffer is the
+//     snapshot unless the verify forward wrote a real token (then the
+//     other one); the record holds round size * RecordFloats() floats.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +39,7 @@
 #include <vector>
 
 #include "core/cache.h"
+#include "core/invariants.h"
 #include "kernels/gated_delta.h"
 
 namespace kvspec {
@@ -79,6 +94,8 @@ class SsmCacheBase : public Cache {
 
   bool armed() const { return armed_; }
   bool verified() const { return verified_; }
+  // Real tokens per row of the round's verify forward (empty when not armed).
+  const std::vector<int32_t>& roundReal() const { return round_real_; }
   // Use the scalar reference kernels instead of the Highway ones (for
   // differential checks; a state mixes both only if switched mid-run).
   void set_reference_kernels(bool on) { reference_ = on; }
@@ -104,8 +121,14 @@ class SsmCacheBase : public Cache {
   // Fills this store (rows() == sources.size()) with the sources' rows.
   void GatherRows(const std::vector<RowSource>& sources, int64_t columns);
 
+  // The invariants listed at the top of this file; an error names the first
+  // broken one.
+  Status CheckInvariants() const override;
+
  private:
   friend class CacheCodec;
+  friend struct InvariantsTestAccess;  // core/tests/invariants_test.cc corrupts states
+  Status CheckRound(int row) const;  // invariant 5 of one row
   float* Buffer(int row, int which) {
     return &state_[(static_cast<size_t>(row) * 2 + which) * row_floats_];
   }
@@ -141,7 +164,11 @@ class SsmCache final : public WithKind<SsmCache, SsmCacheBase> {
  public:
   static constexpr std::string_view kKind = kKindSsm;
   explicit SsmCache(const SsmShape& shape) : WithKind(1, shape) {}
-  std::unique_ptr<Cache> Copy() const override { return std::make_unique<SsmCache>(*this); }
+  std::unique_ptr<Cache> Copy() const override {
+    auto copy = std::make_unique<SsmCache>(*this);
+    KVSPEC_ASSERT_INVARIANTS(*copy, "SsmCache::Copy");
+    return copy;
+  }
 };
 
 class BatchedSsmCache final : public WithKind<BatchedSsmCache, SsmCacheBase> {
@@ -149,7 +176,9 @@ class BatchedSsmCache final : public WithKind<BatchedSsmCache, SsmCacheBase> {
   static constexpr std::string_view kKind = kKindBatchedSsm;
   BatchedSsmCache(int rows, const SsmShape& shape) : WithKind(rows, shape) {}
   std::unique_ptr<Cache> Copy() const override {
-    return std::make_unique<BatchedSsmCache>(*this);
+    auto copy = std::make_unique<BatchedSsmCache>(*this);
+    KVSPEC_ASSERT_INVARIANTS(*copy, "BatchedSsmCache::Copy");
+    return copy;
   }
 };
 

@@ -5,11 +5,12 @@
 // was encoded: afterwards every operation behaves as on the original.
 //
 // Hostile input: every size is checked against the bytes actually left
-// before anything is allocated, every decoded cache is checked for the
-// invariants the code relies on (slot ranges, ring phase, positions,
-// lockstep of shared masks, round consistency), and any problem is a clear
-// error naming the byte offset - never a crash, an overread or an
-// allocation larger than a small multiple of the input.
+// before anything is allocated, every decoded cache and layout must pass its
+// CheckInvariants() (the invariants the code relies on, stated at the
+// classes: slot ranges, ring phase, positions, lockstep of shared masks,
+// round consistency), and any problem is a clear error naming the byte
+// offset or the layer - never a crash, an overread or an allocation larger
+// than a small multiple of the input.
 //
 // Format (version 1):
 //   cache  := "KVSC" u32 version, string kind, payload of that kind

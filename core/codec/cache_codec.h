@@ -1,0 +1,47 @@
+// CacheCodec: the friend of the caches and the layout that reads and writes
+// their state (core/codec/codec.h has the format). Decoding reads what the
+// bytes hold, bounded by the input, and then refuses any state that fails
+// the object's CheckInvariants(): the invariants are stated once, at the
+// classes, not again here.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/cache.h"
+#include "core/codec/byte_io.h"
+#include "core/kv_cache.h"
+#include "core/layout.h"
+#include "core/ssm_cache.h"
+#include "core/status.h"
+
+namespace kvspec {
+
+class CacheCodec {
+ public:
+  using Reader = codec_internal::Reader;
+  using Writer = codec_internal::Writer;
+
+  // Column caches (kv, rotating and their batched kinds): column_codec.cc.
+  static void EncodeColumns(const ColumnStore& c, Writer& w);
+  static Status DecodeColumns(Reader& r, bool batched, bool ring, std::unique_ptr<Cache>* out);
+
+  // Recurrent caches (ssm, batched_ssm): ssm_codec.cc.
+  static void EncodeSsm(const SsmCacheBase& c, Writer& w);
+  static Status DecodeSsm(Reader& r, bool batched, std::unique_ptr<Cache>* out);
+
+  // Any cache with its magic, version and kind, the reader left after it:
+  // codec.cc.
+  static Status DecodeCacheFrom(Reader& r, std::unique_ptr<Cache>* out);
+
+  // Layouts: layout_codec.cc.
+  static void EncodeLayoutState(const Layout& l, Writer& w);
+  static const std::vector<LayerConfig>& Configs(const Layout& l) { return l.configs_; }
+  // The layout of `configs` over the decoded `caches`, its state read from r.
+  static Status DecodeLayoutState(Reader& r, int rows, std::vector<LayerConfig> configs,
+                                  std::vector<std::unique_ptr<Cache>> caches,
+                                  std::unique_ptr<Layout>* out);
+
+};
+
+}  // namespace kvspec

@@ -1,0 +1,44 @@
+// Invariant checks as a bug detector. Each class that holds state (the
+// column store, the recurrent caches, the layout) states its invariants in
+// the comment at the class and checks them in `Status CheckInvariants()
+// const`; the codec refuses a decoded state that fails them. Debug builds
+// (no NDEBUG) and builds with -DKVSPEC_CHECK_INVARIANTS=ON (the asan and fuzz
+// presets) also check them after every operation that changes a cache or a
+// layout, and abort naming the operation and the broken invariant: a state
+// that fails them is a bug in core/, not a user error.
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+
+#if !defined(NDEBUG) || (defined(KVSPEC_CHECK_INVARIANTS) && KVSPEC_CHECK_INVARIANTS)
+#define KVSPEC_INVARIANTS_CHECKED 1
+#else
+#define KVSPEC_INVARIANTS_CHECKED 0
+#endif
+
+namespace kvspec {
+
+// Prints "kvspec: invariant broken after OPERATION (FILE:LINE): MESSAGE" to
+// stderr and aborts.
+[[noreturn]] void InvariantBroken(const char* operation, const std::string& message,
+                                  const char* file, int line);
+
+// Checks object.CheckInvariants() and aborts when it fails (in every build;
+// KVSPEC_ASSERT_INVARIANTS is the call that compiles away).
+template <class T>
+void AssertInvariants(const T& object, const char* operation, const char* file, int line) {
+  const Status s = object.CheckInvariants();
+  if (!s.ok()) InvariantBroken(operation, s.message(), file, line);
+}
+
+}  // namespace kvspec
+
+// One line after each operation that changes `object`.
+#if KVSPEC_INVARIANTS_CHECKED
+#define KVSPEC_ASSERT_INVARIANTS(object, operation) \
+  ::kvspec::AssertInvariants((object), (operation), __FILE__, __LINE__)
+#else
+#define KVSPEC_ASSERT_INVARIANTS(object, operation) ((void)0)
+#endif

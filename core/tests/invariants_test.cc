@@ -1,0 +1,250 @@
+// Unit tests of CheckInvariants() (core/invariants.h): the column store, the
+// recurrent caches and the layout hold their invariants after the operations
+// a trace runs (windows with padding, decodes that wrap rings, rounds with
+// ragged accepts, trims, filter, join, extract, copy, a codec round trip),
+// and a deliberately corrupted state fails them, naming the invariant.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/codec/codec.h"
+#include "core/invariants.h"
+#include "core/kv_cache.h"
+#include "core/layout.h"
+#include "core/ssm_cache.h"
+
+namespace kvspec {
+
+// Test-only access to the state the tests corrupt (a friend of the classes).
+struct InvariantsTestAccess {
+  static std::vector<int32_t>& SlotPositions(ColumnStore& c) { return c.slot_pos_; }
+  static std::vector<int64_t>& HeldPads(ColumnStore& c) { return c.held_pads_; }
+  static std::vector<int32_t>& Next(ColumnStore& c) { return c.next_; }
+  static std::vector<uint8_t>& Active(SsmCacheBase& c) { return c.active_; }
+  static bool& Verified(SsmCacheBase& c) { return c.verified_; }
+  static std::vector<std::unique_ptr<Cache>>& Layers(Layout& l) { return l.layers_; }
+  static std::vector<int32_t>& BypassBound(Layout& l) { return l.bypass_bound_; }
+  static std::vector<int>& MaskOfLayer(Layout& l) { return l.mask_of_layer_; }
+};
+
+namespace {
+
+using Access = InvariantsTestAccess;
+
+std::vector<float> Filled(size_t n, float start) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = start + 0.01f * static_cast<float>(i % 97);
+  return v;
+}
+
+// One forward of `cols` through every layer, with made-up contents.
+Status RunForward(Layout& layout, const ForwardColumns& cols) {
+  const size_t rows = static_cast<size_t>(layout.rows());
+  const size_t L = static_cast<size_t>(cols.columns);
+  std::vector<std::vector<float>> buffers;
+  buffers.reserve(8 * layout.size());
+  std::vector<AttentionIO> io(layout.size());
+  for (size_t l = 0; l < layout.size(); ++l) {
+    const LayerConfig& c = layout.config(l);
+    if (c.kind == CacheKind::kSsm) {
+      const size_t C = c.SsmChannels(), hv = static_cast<size_t>(c.heads);
+      SsmIO ssm;
+      ssm.conv_weights = buffers.emplace_back(Filled(C * c.conv, 0.1f)).data();
+      ssm.x = buffers.emplace_back(Filled(rows * L * C, 0.2f)).data();
+      ssm.gate = buffers.emplace_back(Filled(rows * L * hv, 0.5f)).data();
+      ssm.beta = buffers.emplace_back(Filled(rows * L * hv, 0.3f)).data();
+      io[l] = AttentionIO(ssm);
+      continue;
+    }
+    const size_t q = rows * L * c.QueryHeads() * c.dim, kv = rows * L * c.heads * c.dim;
+    const float* query = buffers.emplace_back(Filled(q, 0.4f)).data();
+    const float* key = buffers.emplace_back(Filled(kv, 0.6f)).data();
+    float* out = buffers.emplace_back(q, 0.0f).data();
+    io[l] = AttentionIO(query, key, key, out);
+  }
+  return layout.Forward(cols, io);
+}
+
+LayerConfig Layer(const std::string& name, CacheKind kind, int32_t window = 0,
+                  int32_t capacity = 0) {
+  LayerConfig c;
+  c.name = name;
+  c.kind = kind;
+  c.window = window;
+  c.capacity = capacity;
+  return c;
+}
+
+// kv, two rings sharing a mask (window 3, capacity 4), a ring of its own
+// window and a recurrent layer.
+std::unique_ptr<Layout> Hybrid(int rows) {
+  std::unique_ptr<Layout> layout;
+  EXPECT_TRUE(Layout::Create(rows,
+                             {Layer("a", CacheKind::kKv), Layer("r", CacheKind::kRotating, 3, 4),
+                              Layer("s", CacheKind::kRotating, 3, 4),
+                              Layer("w", CacheKind::kRotating, 2, 0),
+                              Layer("g", CacheKind::kSsm)},
+                             &layout)
+                  .ok());
+  return layout;
+}
+
+void ExpectValid(const Layout& layout, const std::string& after) {
+  const Status s = layout.CheckInvariants();
+  EXPECT_TRUE(s.ok()) << "after " << after << ": " << s.message();
+  for (size_t l = 0; l < layout.size(); ++l) {
+    const Status c = layout.cache(l).CheckInvariants();
+    EXPECT_TRUE(c.ok()) << "after " << after << ", layer " << l << ": " << c.message();
+  }
+}
+
+void ExpectBroken(const Status& s, const std::string& invariant) {
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(invariant), std::string::npos) << s.message();
+}
+
+TEST(Invariants, HoldAfterTypicalLayoutOperations) {
+  std::unique_ptr<Layout> layout = Hybrid(2);
+  ASSERT_NE(layout, nullptr);
+  ExpectValid(*layout, "create");
+  ForwardColumns window = ForwardColumns::Dense(2, 3);
+  window.left = {1, 0};
+  ASSERT_TRUE(RunForward(*layout, window).ok());
+  ExpectValid(*layout, "a left-padded window");
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(RunForward(*layout, ForwardColumns::Dense(2, 1, /*decode=*/true)).ok());
+    ExpectValid(*layout, "decode " + std::to_string(i) + " (the rings wrap)");
+  }
+  ASSERT_TRUE(layout->Arm().ok());
+  ExpectValid(*layout, "arm");
+  ForwardColumns verify = ForwardColumns::Dense(2, 3);
+  verify.right = {1, 0};
+  ASSERT_TRUE(RunForward(*layout, verify).ok());
+  ExpectValid(*layout, "the verify forward");
+  ASSERT_TRUE(layout->Accept({1, 2}).ok());
+  ExpectValid(*layout, "a ragged accept");
+  std::unique_ptr<Layout> copy = layout->Copy();
+  ExpectValid(*copy, "copy");
+  ASSERT_TRUE(layout->Join(*copy).ok());
+  ExpectValid(*layout, "join");
+  ASSERT_TRUE(layout->Filter({0, 3}).ok());
+  ExpectValid(*layout, "filter");
+  std::unique_ptr<Layout> row;
+  ASSERT_TRUE(layout->Extract(1, &row).ok());
+  ExpectValid(*row, "extract");
+  std::string bytes;
+  ASSERT_TRUE(EncodeLayout(*layout, &bytes).ok());
+  std::unique_ptr<Layout> back;
+  ASSERT_TRUE(DecodeLayout(bytes, &back).ok());
+  ExpectValid(*back, "a codec round trip");
+}
+
+TEST(Invariants, HoldAfterTrims) {
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(2, {Layer("a", CacheKind::kKv), Layer("r", CacheKind::kRotating, 3, 5)},
+                             &layout)
+                  .ok());
+  ForwardColumns window = ForwardColumns::Dense(2, 4);
+  window.left = {2, 0};
+  ASSERT_TRUE(RunForward(*layout, window).ok());
+  ASSERT_TRUE(layout->Trim(1, /*bypass=*/false).ok());
+  ExpectValid(*layout, "trim");
+  ASSERT_TRUE(RunForward(*layout, ForwardColumns::Dense(2, 3)).ok());
+  ASSERT_TRUE(layout->Trim(2, /*bypass=*/true).ok());
+  ExpectValid(*layout, "trim bypass");
+  layout->ForgetBypassBound();
+  ExpectValid(*layout, "a reload's forgotten bound");
+}
+
+// ------------------------------------------------------------ corrupted
+TEST(Invariants, CorruptedColumnStoresFail) {
+  BatchedKvCache c(2, 1, 2);
+  ForwardColumns cols = ForwardColumns::Dense(2, 3);
+  cols.left = {1, 0};
+  const auto k = Filled(2 * 3 * 2, 1.0f);
+  ASSERT_TRUE(c.Append(cols, k.data(), k.data()).ok());
+  ASSERT_TRUE(c.CheckInvariants().ok()) << c.CheckInvariants().message();
+
+  BatchedKvCache order = c;
+  std::vector<int32_t>& pos = Access::SlotPositions(order);
+  ASSERT_EQ(pos[2], 1);  // row 0: pad, 0, 1
+  pos[2] = 0;            // two slots of position 0
+  ExpectBroken(order.CheckInvariants(), "ColumnStore invariant 7");
+
+  BatchedKvCache pads = c;
+  Access::HeldPads(pads)[1] = 1;  // row 1 has no pad column
+  ExpectBroken(pads.CheckInvariants(), "ColumnStore invariant 10");
+
+  BatchedKvCache next = c;
+  Access::Next(next)[1] = 4;  // more tokens than columns
+  ExpectBroken(next.CheckInvariants(), "ColumnStore invariant 6");
+}
+
+TEST(Invariants, CorruptedRecurrentCachesFail) {
+  SsmCache c(SsmShape{});
+  ASSERT_TRUE(c.CheckInvariants().ok());
+  SsmCache active = c;
+  Access::Active(active)[0] = 2;  // two buffers: 0 and 1
+  ExpectBroken(active.CheckInvariants(), "SsmCacheBase invariant 3");
+  SsmCache verified = c;
+  Access::Verified(verified) = true;  // a verify forward without a round
+  ExpectBroken(verified.CheckInvariants(), "SsmCacheBase invariant 4");
+}
+
+TEST(Invariants, CorruptedLayoutsFail) {
+  std::unique_ptr<Layout> layout = Hybrid(1);
+  ASSERT_NE(layout, nullptr);
+  ASSERT_TRUE(RunForward(*layout, ForwardColumns::Dense(1, 3)).ok());
+  ExpectValid(*layout, "a window");
+
+  std::unique_ptr<Layout> step = layout->Copy();
+  Access::Layers(*step)[0] = std::make_unique<KvCache>(1, 4);  // an empty layer 0
+  ExpectBroken(step->CheckInvariants(), "Layout invariant 3");
+
+  std::unique_ptr<Layout> bound = layout->Copy();
+  Access::BypassBound(*bound) = {4};  // beyond the 3 tokens held
+  ExpectBroken(bound->CheckInvariants(), "Layout invariant 6");
+
+  Access::MaskOfLayer(*layout)[1] = 7;  // there is one mask per window
+  ExpectBroken(layout->CheckInvariants(), "Layout invariant 5");
+}
+
+// Layers sharing a mask must be at the same phase: a ring that holds the
+// same tokens but got them by decodes (so its last write differs) is not.
+TEST(Invariants, LayersSharingAMaskOutOfLockstepFail) {
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(1, {Layer("r", CacheKind::kRotating, 2, 4),
+                                 Layer("s", CacheKind::kRotating, 2, 4)},
+                             &layout)
+                  .ok());
+  ASSERT_TRUE(RunForward(*layout, ForwardColumns::Dense(1, 3)).ok());
+  auto other = std::make_unique<RotatingCache>(1, 4, 2, 4);
+  const auto x = Filled(4, 0.5f);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(other->Append(ForwardColumns::Dense(1, 1, true), x.data(), x.data()).ok());
+  }
+  ASSERT_TRUE(other->CheckInvariants().ok());
+  ASSERT_EQ(other->positions(), layout->positions());
+  Access::Layers(*layout)[1] = std::move(other);
+  ExpectBroken(layout->CheckInvariants(), "Layout invariant 4");
+}
+
+// The bug detector: a broken invariant aborts, naming the operation.
+TEST(InvariantsDeathTest, ABrokenInvariantAborts) {
+  KvCache c(1, 2);
+  const auto k = Filled(2, 1.0f);
+  ASSERT_TRUE(c.Append(ForwardColumns::Dense(1, 1), k.data(), k.data()).ok());
+  Access::HeldPads(c)[0] = 3;
+  EXPECT_DEATH(AssertInvariants(c, "Test::Corrupt", __FILE__, __LINE__),
+               "invariant broken after Test::Corrupt .*ColumnStore invariant 10");
+#if KVSPEC_INVARIANTS_CHECKED
+  EXPECT_DEATH((void)c.Append(ForwardColumns::Dense(1, 1), k.data(), k.data()),
+               "invariant broken after ColumnStore::Append");
+#endif
+}
+
+}  // namespace
+}  // namespace kvspec
