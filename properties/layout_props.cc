@@ -276,12 +276,7 @@ std::vector<float> CleanRecurrent(const Model& m, int layer, int r,
   }
   if (n > 0) {
     const std::vector<float> w = ContentIndex::ConvWeights(layer, C, shape.conv);
-    SsmIO io;
-    io.conv_weights = w.data();
-    io.x = x.data();
-    io.gate = g.data();
-    io.beta = b.data();
-    io.y = y.data();
+    const SsmIO io{w.data(), x.data(), g.data(), b.data(), y.data()};
     RC_ASSERT(cache->Forward(ForwardColumns::Dense(1, static_cast<int32_t>(n)), io).ok());
   }
   if (state) *state = std::move(cache);
@@ -431,6 +426,31 @@ struct ForwardCmd : Cmd {
     }
   }
 
+  // Layer l's inputs of this forward: every column's q (qn floats), k and
+  // v (kvn floats each) hold garbage, then token(column, row, j) writes the
+  // real token j of each row.
+  template <typename Token>
+  void FillInputs(size_t l, size_t qn, size_t kvn, std::vector<float>* q, std::vector<float>* k,
+                  std::vector<float>* v, const Token& token) const {
+    const int rows = static_cast<int>(cols.left.size());
+    const size_t columns = static_cast<size_t>(rows) * static_cast<size_t>(cols.columns);
+    q->resize(columns * qn);
+    k->resize(columns * kvn);
+    v->resize(columns * kvn);
+    for (size_t i = 0; i < q->size(); ++i) (*q)[i] = Garbage(pad_seed ^ (l << 8), i);
+    for (size_t i = 0; i < k->size(); ++i) {
+      (*k)[i] = Garbage(pad_seed ^ (l << 8) ^ 1, i);
+      (*v)[i] = Garbage(pad_seed ^ (l << 8) ^ 2, i);
+    }
+    for (int r = 0; r < rows; ++r) {
+      for (int32_t j = 0; j < cols.Real(r); ++j) {
+        token(static_cast<size_t>(r) * static_cast<size_t>(cols.columns) +
+                  static_cast<size_t>(cols.left[r] + j),
+              r, j);
+      }
+    }
+  }
+
   void run(const Model& m, Sut& sut) const override {
     Record(m);
     Layout& layout = *sut.layout;
@@ -447,49 +467,22 @@ struct ForwardCmd : Cmd {
         // x -> q, gate -> k, beta -> v; y -> o. Pads hold garbage.
         const SsmShape shape = s.Ssm();
         const size_t C = shape.Channels(), hv = static_cast<size_t>(shape.value_heads);
-        q[l].resize(rows * L * C);
-        k[l].resize(rows * L * hv);
-        v[l].resize(rows * L * hv);
-        for (size_t i = 0; i < q[l].size(); ++i) q[l][i] = Garbage(pad_seed ^ (l << 8), i);
-        for (size_t i = 0; i < k[l].size(); ++i) {
-          k[l][i] = Garbage(pad_seed ^ (l << 8) ^ 1, i);
-          v[l][i] = Garbage(pad_seed ^ (l << 8) ^ 2, i);
-        }
-        for (int r = 0; r < rows; ++r) {
-          for (int32_t j = 0; j < cols.Real(r); ++j) {
-            const size_t c = r * L + static_cast<size_t>(cols.left[r] + j);
-            ContentIndex::RecurrentToken(static_cast<int>(l), ids[r][j], next[r] + j, C, hv,
-                                         &q[l][c * C], &k[l][c * hv], &v[l][c * hv]);
-          }
-        }
+        FillInputs(l, C, hv, &q[l], &k[l], &v[l], [&](size_t c, int r, int32_t j) {
+          ContentIndex::RecurrentToken(static_cast<int>(l), ids[r][j], next[r] + j, C, hv,
+                                       &q[l][c * C], &k[l][c * hv], &v[l][c * hv]);
+        });
         weights[l] = ContentIndex::ConvWeights(static_cast<int>(l), C, shape.conv);
         o[l].assign(rows * L * hv * shape.dv, 0.0f);
-        SsmIO ssm;
-        ssm.conv_weights = weights[l].data();
-        ssm.x = q[l].data();
-        ssm.gate = k[l].data();
-        ssm.beta = v[l].data();
-        ssm.y = o[l].data();
-        io[l] = AttentionIO(ssm);
+        io[l] = AttentionIO(SsmIO{weights[l].data(), q[l].data(), k[l].data(), v[l].data(),
+                                  o[l].data()});
         continue;
       }
       const size_t hd = static_cast<size_t>(s.heads) * s.dim;
       const size_t qd = static_cast<size_t>(s.QueryHeads()) * s.dim;
-      q[l].resize(rows * L * qd);
-      k[l].resize(rows * L * hd);
-      v[l].resize(rows * L * hd);
-      for (size_t i = 0; i < q[l].size(); ++i) q[l][i] = Garbage(pad_seed ^ (l << 8), i);
-      for (size_t i = 0; i < k[l].size(); ++i) {
-        k[l][i] = Garbage(pad_seed ^ (l << 8) ^ 1, i);
-        v[l][i] = Garbage(pad_seed ^ (l << 8) ^ 2, i);
-      }
-      for (int r = 0; r < rows; ++r) {
-        for (int32_t j = 0; j < cols.Real(r); ++j) {
-          const size_t c = r * L + static_cast<size_t>(cols.left[r] + j);
-          TokenContent(s, static_cast<int>(l), ids[r][j], next[r] + j, &q[l][c * qd],
-                       &k[l][c * hd], &v[l][c * hd]);
-        }
-      }
+      FillInputs(l, qd, hd, &q[l], &k[l], &v[l], [&](size_t c, int r, int32_t j) {
+        TokenContent(s, static_cast<int>(l), ids[r][j], next[r] + j, &q[l][c * qd],
+                     &k[l][c * hd], &v[l][c * hd]);
+      });
       o[l].assign(rows * L * qd, 0.0f);
       io[l] = AttentionIO{q[l].data(), k[l].data(), v[l].data(), o[l].data()};
     }
