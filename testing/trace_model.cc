@@ -81,7 +81,7 @@ void TraceModel::LayoutState::ChangedRows() {
 }
 
 TraceModel::TraceModel(int rows, std::vector<LayerConfig> layers, bool print)
-    : header_rows_(rows), layers_(std::move(layers)), print_(print) {
+    : layers_(std::move(layers)), print_(print) {
   for (const LayerConfig& layer : layers_) has_ssm_ = has_ssm_ || IsSsm(layer);
   LayoutState main;
   main.rows.resize(static_cast<size_t>(rows));
@@ -92,6 +92,7 @@ TraceModel::TraceModel(int rows, std::vector<LayerConfig> layers, bool print)
 
 StepResult TraceModel::Apply(const Statement& st) {
   const StepResult r = Execute(st);
+  CheckInvariants();
   switch (r.kind) {
     case StepResult::kDone:
       break;
@@ -228,17 +229,13 @@ StepResult TraceModel::Execute(const Statement& st) {
     case Op::kExpectEqual:
       return ExpectEqual(st);
     case Op::kExpectTrimmable: {
-      // A kv layer always is; a ring until it wraps; an ssm layer never.
       const trace::ExpectTrimmable& e = st.Get<trace::ExpectTrimmable>();
-      const LayerConfig& layer = layers_[static_cast<size_t>(e.layer)];
-      if (e.yes == (IsSsm(layer) || Wrapped(layer, Cur()))) Failed(st);
+      if (e.yes != Trimmable(e.layer)) Failed(st);
       return StepResult::Done();
     }
     case Op::kExpectKind: {
       const trace::ExpectKind& e = st.Get<trace::ExpectKind>();
-      const std::string base =
-          std::string(KindName(layers_[static_cast<size_t>(e.layer)].kind));
-      if (e.kind_string != (Cur().batched ? "batched_" + base : base)) Failed(st);
+      if (e.kind_string != KindString(e.layer)) Failed(st);
       return StepResult::Done();
     }
     case Op::kExpectBytesPerToken: {

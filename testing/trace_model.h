@@ -224,7 +224,6 @@ class TraceModel {
   StepResult ExpectError(const trace::Statement& st);
   StepResult ExpectEqual(const trace::Statement& st);
 
-  int header_rows_ = 1;
   std::vector<LayerConfig> layers_;
   bool print_ = true;
   bool has_ssm_ = false;  // the layouts hold a recurrent layer
