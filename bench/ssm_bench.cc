@@ -384,6 +384,17 @@ std::map<std::string, Record>& ReplayRounds() {
   return *m;
 }
 
+// Sets us_per_round from the process time since `start`; false when no
+// iteration ran. *us: the time per round; *seconds: in all.
+bool UsPerRound(benchmark::State& state, double start, double* us, double* seconds) {
+  *seconds = ProcessSeconds() - start;
+  const double iterations = static_cast<double>(state.iterations());
+  if (iterations <= 0) return false;
+  *us = 1e6 * *seconds / iterations;
+  state.counters["us_per_round"] = *us;
+  return true;
+}
+
 // (a) The cache's own round: ArmRound (no copy), the verify Forward of the
 // window (reads the snapshot buffer, writes the other), Rollback(keep)
 // (replays the first keep recorded tokens from the snapshot).
@@ -403,16 +414,14 @@ void RunRollbackReplay(benchmark::State& state, int64_t target, int32_t keep) {
     if (Failed(state, cache.Rollback(keeps), "Rollback")) return;
     benchmark::ClobberMemory();
   }
-  const double seconds = ProcessSeconds() - start;
-  const double iterations = static_cast<double>(state.iterations());
-  if (iterations > 0) {
-    const double us = 1e6 * seconds / iterations;
-    state.counters["us_per_round"] = us;
+  double us = 0, seconds = 0;
+  if (UsPerRound(state, start, &us, &seconds)) {
     // The per-round time, as a rate record keyed by the pair's name.
     ReplayRounds()[std::string(hwy::TargetName(target)) + "/" + std::to_string(keep)].Add(
         us, seconds);
   }
-  state.SetItemsProcessed(static_cast<int64_t>(iterations * kVerifyColumns));
+  state.SetItemsProcessed(static_cast<int64_t>(static_cast<double>(state.iterations()) *
+                                               kVerifyColumns));
 }
 
 // (b) What an engine without replay does: the window token by token through
@@ -448,18 +457,16 @@ void RunCheckpointPerToken(benchmark::State& state, int64_t target, int32_t keep
     }
     benchmark::ClobberMemory();
   }
-  const double seconds = ProcessSeconds() - start;
-  const double iterations = static_cast<double>(state.iterations());
-  if (iterations > 0) {
-    const double us = 1e6 * seconds / iterations;
-    state.counters["us_per_round"] = us;
+  double us = 0, seconds = 0;
+  if (UsPerRound(state, start, &us, &seconds)) {
     const auto found =
         ReplayRounds().find(std::string(hwy::TargetName(target)) + "/" + std::to_string(keep));
     if (found != ReplayRounds().end() && found->second.Median() > 0) {
       state.counters["checkpoint_over_replay"] = us / found->second.Median();
     }
   }
-  state.SetItemsProcessed(static_cast<int64_t>(iterations * kVerifyColumns));
+  state.SetItemsProcessed(static_cast<int64_t>(static_cast<double>(state.iterations()) *
+                                               kVerifyColumns));
 }
 
 // ---------------------------------------------------------------------------

@@ -1,7 +1,10 @@
-// Stateful properties of KV caches driven through a Layout, against a plain
-// model of ../shared/TRACE.md's rules.
+// Stateful properties of KV caches driven through a Layout, against the
+// trace model (testing/trace_model.h: ../shared/TRACE.md's rules, the same
+// model the fuzz targets and the values oracle use).
 //
-// Every command is one trace statement; a shrunk failure prints as a trace
+// Every command is one trace statement, applied to the model as such; the
+// model decides refusals, visible sets, positions, trimmability and kinds.
+// A shrunk failure prints as a trace
 // (the RC_LOG header plus the commands) and RapidCheck prints the
 // RC_PARAMS="reproduce=..." string that reruns exactly that case.
 //
@@ -43,9 +46,12 @@
 #include "core/layout.h"
 #include "core/mask.h"
 #include "core/ssm_cache.h"
+#include "trace/program.h"
 #include "trace/runner.h"
 #include "trace/values.h"
 #include "properties/regression_writer.h"
+#include "testing/generators.h"
+#include "testing/trace_model.h"
 
 namespace kvspec {
 namespace trace {
@@ -55,7 +61,9 @@ void showValue(const Tag& t, std::ostream& os) { os << t.ToString(); }
 
 namespace {
 
+using testing::JoinInts;
 using trace::ContentIndex;
+using trace::SeenItem;
 using trace::Tag;
 
 // ---------------------------------------------------------------------------
@@ -86,25 +94,31 @@ struct Config {
   int rows = 1;
   std::vector<LayerShape> layers;
 
-  std::string Header() const {
-    std::ostringstream s;
-    s << "trace 1\nrows " << rows << "\n";
+  // The layers as a trace declares them (names l0, l1, ..).
+  std::vector<LayerConfig> Layers() const {
+    std::vector<LayerConfig> out;
     for (size_t l = 0; l < layers.size(); ++l) {
-      if (layers[l].recurrent) {
-        const SsmShape m = layers[l].Ssm();
-        s << "layer l" << l << " ssm heads=" << m.value_heads << " kheads=" << m.key_heads
-          << " dk=" << m.dk << " dv=" << m.dv << " conv=" << m.conv << "\n";
-        continue;
+      const LayerShape& shape = layers[l];
+      LayerConfig lc;
+      lc.name = "l" + std::to_string(l);
+      lc.kind = shape.recurrent ? CacheKind::kSsm
+                                : shape.ring() ? CacheKind::kRotating : CacheKind::kKv;
+      lc.heads = shape.heads;
+      lc.q_heads = shape.QueryHeads();
+      lc.dim = shape.dim;
+      lc.window = shape.window;
+      lc.capacity = shape.capacity;
+      if (shape.recurrent) {
+        lc.kheads = shape.heads / shape.group;
+        lc.dk = shape.dk;
+        lc.dv = shape.dv;
+        lc.conv = shape.conv;
       }
-      s << "layer l" << l << (layers[l].ring() ? " rotating" : " kv")
-        << " heads=" << layers[l].heads << " dim=" << layers[l].dim;
-      if (layers[l].window != kNoWindow) s << " window=" << layers[l].window;
-      if (layers[l].ring()) s << " capacity=" << layers[l].capacity;
-      if (layers[l].group != 1) s << "   # query heads " << layers[l].QueryHeads();
-      s << "\n";
+      out.push_back(lc);
     }
-    return s.str();
+    return out;
   }
+  std::string Header() const { return testing::TraceHeader(rows, Layers()); }
 };
 
 // RapidCheck prints a generated Config as the trace header it stands for.
@@ -182,71 +196,18 @@ float Garbage(uint64_t seed, size_t i) {
 // ---------------------------------------------------------------------------
 // The model.
 
-struct Entry {
-  bool pad = true;
-  int32_t pos = -1;
-  int32_t id = -1;
-};
-
+// The rules (testing/trace_model.h) on the generated configuration: what
+// every command must do is what the trace model says its statement does.
 struct Model {
   Config cfg;
-  std::vector<std::vector<Entry>> cols;  // [row][column]
-  bool armed = false;
-  bool verified = false;
-  std::vector<int32_t> verify_real;
-  std::vector<int32_t> bypass_bound;  // non-empty: the last change was a window
-  int64_t peak = 0;                   // most columns ever held (ring wrap)
-  int64_t peak_before_write = 0;
-  bool last_change_was_write = false;
+  testing::TraceModel rules;
 
-  int64_t Columns() const { return cols.empty() ? 0 : static_cast<int64_t>(cols[0].size()); }
-  bool Wrapped(const LayerShape& s) const { return s.ring() && peak > s.capacity; }
-  bool AnySsm() const {
-    for (const LayerShape& s : cfg.layers) {
-      if (s.recurrent) return true;
-    }
-    return false;
-  }
-  bool AnyWrapped() const {
-    for (const LayerShape& s : cfg.layers) {
-      if (Wrapped(s)) return true;
-    }
-    return false;
-  }
-  // After dropping the tips of the last write: as if only the accepted
-  // tokens had been written.
-  void RestorePeak() {
-    if (last_change_was_write) peak = std::max(peak_before_write, Columns());
-    last_change_was_write = false;
-  }
+  explicit Model(const Config& c) : cfg(c), rules(c.rows, c.Layers(), /*print=*/false) {}
 
-  int32_t Next(int r) const {
-    int32_t n = 0;
-    for (const Entry& e : cols[r]) n += e.pad ? 0 : 1;
-    return n;
-  }
-  std::vector<int32_t> Positions() const {
-    std::vector<int32_t> p;
-    for (int r = 0; r < cfg.rows; ++r) p.push_back(Next(r));
-    return p;
-  }
+  int32_t Next(int r) const { return Positions()[static_cast<size_t>(r)]; }
+  std::vector<int32_t> Positions() const { return rules.Positions(); }
   // Row r's real tokens, in order.
-  std::vector<Entry> Tokens(int r) const {
-    std::vector<Entry> t;
-    for (const Entry& e : cols[r]) {
-      if (!e.pad) t.push_back(e);
-    }
-    return t;
-  }
-  // Removes row r's last n real tokens (pads after them stay).
-  void RemoveLastReal(int r, int32_t n) {
-    for (int64_t c = static_cast<int64_t>(cols[r].size()) - 1; c >= 0 && n > 0; --c) {
-      if (!cols[r][c].pad) {
-        cols[r].erase(cols[r].begin() + c);
-        --n;
-      }
-    }
-  }
+  std::vector<SeenItem> Tokens(int r) const { return rules.Tokens(r); }
 };
 
 struct Sut {
@@ -254,15 +215,6 @@ struct Sut {
   std::unique_ptr<Layout> layout;
   ContentIndex index;
 };
-
-std::string Join(const std::vector<int32_t>& v, char sep = ',') {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += sep;
-    s += std::to_string(v[i]);
-  }
-  return s;
-}
 
 // ---------------------------------------------------------------------------
 // Checks after a forward.
@@ -273,7 +225,7 @@ std::vector<float> CleanOutputs(const Model& m, int layer, int r,
                                 const std::vector<int32_t>& positions) {
   if (positions.empty()) return {};
   const LayerShape& s = m.cfg.layers[layer];
-  const std::vector<Entry> tokens = m.Tokens(r);
+  const std::vector<SeenItem> tokens = m.Tokens(r);
   const size_t hd = static_cast<size_t>(s.heads) * s.dim;
   const size_t qd = static_cast<size_t>(s.QueryHeads()) * s.dim;
   const size_t n = tokens.size();
@@ -313,7 +265,7 @@ bool SameBits(const float* a, const float* b, size_t n) {
 std::vector<float> CleanRecurrent(const Model& m, int layer, int r,
                                   std::unique_ptr<SsmCache>* state) {
   const SsmShape shape = m.cfg.layers[layer].Ssm();
-  const std::vector<Entry> tokens = m.Tokens(r);
+  const std::vector<SeenItem> tokens = m.Tokens(r);
   const size_t C = shape.Channels(), hv = static_cast<size_t>(shape.value_heads);
   const size_t n = tokens.size();
   auto cache = std::make_unique<SsmCache>(shape);
@@ -324,12 +276,7 @@ std::vector<float> CleanRecurrent(const Model& m, int layer, int r,
   }
   if (n > 0) {
     const std::vector<float> w = ContentIndex::ConvWeights(layer, C, shape.conv);
-    SsmIO io;
-    io.conv_weights = w.data();
-    io.x = x.data();
-    io.gate = g.data();
-    io.beta = b.data();
-    io.y = y.data();
+    const SsmIO io{w.data(), x.data(), g.data(), b.data(), y.data()};
     RC_ASSERT(cache->Forward(ForwardColumns::Dense(1, static_cast<int32_t>(n)), io).ok());
   }
   if (state) *state = std::move(cache);
@@ -355,11 +302,12 @@ void CheckRecurrent(const Model& m, const Layout& layout) {
   }
 }
 
-// isTrimmable() of every layer: a ring is trimmable until it has wrapped.
+// isTrimmable() and the kind string of every layer, as the model says (a
+// ring is trimmable until it has wrapped).
 void CheckTrimmable(const Model& m, const Layout& layout) {
   for (size_t l = 0; l < m.cfg.layers.size(); ++l) {
-    const bool trimmable = !m.cfg.layers[l].recurrent && !m.Wrapped(m.cfg.layers[l]);
-    RC_ASSERT(layout.cache(l).isTrimmable() == trimmable);
+    RC_ASSERT(layout.cache(l).isTrimmable() == m.rules.Trimmable(static_cast<int>(l)));
+    RC_ASSERT(layout.cache(l).kind() == m.rules.KindString(static_cast<int>(l)));
   }
 }
 
@@ -368,10 +316,9 @@ void CheckTrimmable(const Model& m, const Layout& layout) {
 
 using Command = rc::state::Command<Model, Sut>;
 
-std::string Sees(const std::vector<Entry>& tokens, int32_t lo, int32_t hi) {
+std::string Sees(const std::vector<SeenItem>& items) {
   std::string s;
-  for (const Entry& e : tokens) {
-    if (e.pos < lo || e.pos > hi) continue;
+  for (const SeenItem& e : items) {
     s += " " + std::to_string(e.pos);
     if (e.id != e.pos) s += ":" + std::to_string(e.id);
   }
@@ -383,8 +330,13 @@ std::string Sees(const std::vector<Entry>& tokens, int32_t lo, int32_t hi) {
 // (properties/regression_writer.h): a shrunk failure is written as a trace
 // that fails on the build that failed and passes on a correct one.
 struct Cmd : Command {
-  virtual bool Refused(const Model& m) const = 0;
+  // The trace statement this command is.
+  virtual trace::Statement Statement() const = 0;
   virtual bool IsForward() const { return false; }
+  // Whether the rules refuse it; a refused command changes nothing.
+  bool Refused(const Model& m) const { return m.rules.Refuses(Statement()); }
+  void apply(Model& m) const override { m.rules.Apply(Statement()); }
+  void show(std::ostream& os) const override { os << testing::StatementText(Statement()); }
   // Expectations that only this kind of command states (a forward: what
   // every real query sees).
   virtual void Expectations(const Model& before, const Model& after,
@@ -403,9 +355,9 @@ struct Cmd : Command {
     Model after = m;
     apply(after);
     Expectations(m, after, rec);
-    rec.Expect("expect positions " + Join(after.Positions()));
+    rec.Expect("expect positions " + JoinInts(after.Positions()));
     for (size_t l = 0; l < m.cfg.layers.size(); ++l) {
-      const bool trimmable = !m.cfg.layers[l].recurrent && !after.Wrapped(m.cfg.layers[l]);
+      const bool trimmable = after.rules.Trimmable(static_cast<int>(l));
       rec.Expect("expect trimmable l" + std::to_string(l) + (trimmable ? " yes" : " no"));
     }
   }
@@ -440,12 +392,20 @@ struct ForwardCmd : Cmd {
     pad_seed = *rc::gen::arbitrary<uint64_t>();
   }
 
-  bool Refused(const Model& m) const override {
-    if (m.armed && m.verified) return true;
-    for (int r = 0; r < m.cfg.rows; ++r) {
-      if (cols.left[r] > 0 && m.Next(r) > 0) return true;
+  trace::Statement Statement() const override {
+    if (decode) {
+      trace::DecodeOp op;
+      op.has_ids = true;
+      op.ids = ids;
+      return testing::StatementOf(op);
     }
-    return false;
+    trace::WindowOp op;
+    op.columns = cols.columns;
+    op.has_left = op.has_right = op.has_ids = true;
+    op.left = cols.left;
+    op.right = cols.right;
+    op.ids = ids;
+    return testing::StatementOf(op);
   }
 
   bool IsForward() const override { return true; }
@@ -453,47 +413,42 @@ struct ForwardCmd : Cmd {
   void Expectations(const Model& before, const Model& after,
                     regress::Recorder& rec) const override {
     for (size_t l = 0; l < after.cfg.layers.size(); ++l) {
-      const LayerShape& s = after.cfg.layers[l];
-      if (s.recurrent) continue;
+      if (after.cfg.layers[l].recurrent) continue;
       for (int r = 0; r < after.cfg.rows; ++r) {
-        const std::vector<Entry> tokens = after.Tokens(r);
         for (int32_t j = 0; j < cols.Real(r); ++j) {
           const int32_t p = before.Next(r) + j;
-          const int32_t lo = s.window == kNoWindow ? 0 : std::max(0, p - s.window + 1);
+          const std::vector<SeenItem>* seen = after.rules.Sees(static_cast<int>(l), r, p);
+          RC_ASSERT(seen != nullptr);
           rec.Expect("expect sees l" + std::to_string(l) + " r" + std::to_string(r) + " p" +
-                     std::to_string(p) + ":" + Sees(tokens, lo, p));
+                     std::to_string(p) + ":" + Sees(*seen));
         }
       }
     }
   }
 
-  void apply(Model& m) const override {
-    if (Refused(m)) return;
-    for (int r = 0; r < m.cfg.rows; ++r) {
-      const int32_t next = m.Next(r);
-      for (int32_t i = 0; i < cols.columns; ++i) {
-        Entry e;
-        const int32_t j = i - cols.left[r];
-        if (j >= 0 && j < cols.Real(r)) {
-          e.pad = false;
-          e.pos = next + j;
-          e.id = ids[r][j];
-        }
-        m.cols[r].push_back(e);
+  // Layer l's inputs of this forward: every column's q (qn floats), k and
+  // v (kvn floats each) hold garbage, then token(column, row, j) writes the
+  // real token j of each row.
+  template <typename Token>
+  void FillInputs(size_t l, size_t qn, size_t kvn, std::vector<float>* q, std::vector<float>* k,
+                  std::vector<float>* v, const Token& token) const {
+    const int rows = static_cast<int>(cols.left.size());
+    const size_t columns = static_cast<size_t>(rows) * static_cast<size_t>(cols.columns);
+    q->resize(columns * qn);
+    k->resize(columns * kvn);
+    v->resize(columns * kvn);
+    for (size_t i = 0; i < q->size(); ++i) (*q)[i] = Garbage(pad_seed ^ (l << 8), i);
+    for (size_t i = 0; i < k->size(); ++i) {
+      (*k)[i] = Garbage(pad_seed ^ (l << 8) ^ 1, i);
+      (*v)[i] = Garbage(pad_seed ^ (l << 8) ^ 2, i);
+    }
+    for (int r = 0; r < rows; ++r) {
+      for (int32_t j = 0; j < cols.Real(r); ++j) {
+        token(static_cast<size_t>(r) * static_cast<size_t>(cols.columns) +
+                  static_cast<size_t>(cols.left[r] + j),
+              r, j);
       }
     }
-    if (m.armed) {
-      m.verified = true;
-      m.verify_real.clear();
-      for (int r = 0; r < m.cfg.rows; ++r) m.verify_real.push_back(cols.Real(r));
-    }
-    m.bypass_bound.clear();
-    if (!decode) {
-      for (int r = 0; r < m.cfg.rows; ++r) m.bypass_bound.push_back(cols.Real(r));
-    }
-    m.peak_before_write = m.peak;
-    m.peak = std::max(m.peak, m.Columns());
-    m.last_change_was_write = true;
   }
 
   void run(const Model& m, Sut& sut) const override {
@@ -512,49 +467,22 @@ struct ForwardCmd : Cmd {
         // x -> q, gate -> k, beta -> v; y -> o. Pads hold garbage.
         const SsmShape shape = s.Ssm();
         const size_t C = shape.Channels(), hv = static_cast<size_t>(shape.value_heads);
-        q[l].resize(rows * L * C);
-        k[l].resize(rows * L * hv);
-        v[l].resize(rows * L * hv);
-        for (size_t i = 0; i < q[l].size(); ++i) q[l][i] = Garbage(pad_seed ^ (l << 8), i);
-        for (size_t i = 0; i < k[l].size(); ++i) {
-          k[l][i] = Garbage(pad_seed ^ (l << 8) ^ 1, i);
-          v[l][i] = Garbage(pad_seed ^ (l << 8) ^ 2, i);
-        }
-        for (int r = 0; r < rows; ++r) {
-          for (int32_t j = 0; j < cols.Real(r); ++j) {
-            const size_t c = r * L + static_cast<size_t>(cols.left[r] + j);
-            ContentIndex::RecurrentToken(static_cast<int>(l), ids[r][j], next[r] + j, C, hv,
-                                         &q[l][c * C], &k[l][c * hv], &v[l][c * hv]);
-          }
-        }
+        FillInputs(l, C, hv, &q[l], &k[l], &v[l], [&](size_t c, int r, int32_t j) {
+          ContentIndex::RecurrentToken(static_cast<int>(l), ids[r][j], next[r] + j, C, hv,
+                                       &q[l][c * C], &k[l][c * hv], &v[l][c * hv]);
+        });
         weights[l] = ContentIndex::ConvWeights(static_cast<int>(l), C, shape.conv);
         o[l].assign(rows * L * hv * shape.dv, 0.0f);
-        SsmIO ssm;
-        ssm.conv_weights = weights[l].data();
-        ssm.x = q[l].data();
-        ssm.gate = k[l].data();
-        ssm.beta = v[l].data();
-        ssm.y = o[l].data();
-        io[l] = AttentionIO(ssm);
+        io[l] = AttentionIO(SsmIO{weights[l].data(), q[l].data(), k[l].data(), v[l].data(),
+                                  o[l].data()});
         continue;
       }
       const size_t hd = static_cast<size_t>(s.heads) * s.dim;
       const size_t qd = static_cast<size_t>(s.QueryHeads()) * s.dim;
-      q[l].resize(rows * L * qd);
-      k[l].resize(rows * L * hd);
-      v[l].resize(rows * L * hd);
-      for (size_t i = 0; i < q[l].size(); ++i) q[l][i] = Garbage(pad_seed ^ (l << 8), i);
-      for (size_t i = 0; i < k[l].size(); ++i) {
-        k[l][i] = Garbage(pad_seed ^ (l << 8) ^ 1, i);
-        v[l][i] = Garbage(pad_seed ^ (l << 8) ^ 2, i);
-      }
-      for (int r = 0; r < rows; ++r) {
-        for (int32_t j = 0; j < cols.Real(r); ++j) {
-          const size_t c = r * L + static_cast<size_t>(cols.left[r] + j);
-          TokenContent(s, static_cast<int>(l), ids[r][j], next[r] + j, &q[l][c * qd],
-                       &k[l][c * hd], &v[l][c * hd]);
-        }
-      }
+      FillInputs(l, qd, hd, &q[l], &k[l], &v[l], [&](size_t c, int r, int32_t j) {
+        TokenContent(s, static_cast<int>(l), ids[r][j], next[r] + j, &q[l][c * qd],
+                     &k[l][c * hd], &v[l][c * hd]);
+      });
       o[l].assign(rows * L * qd, 0.0f);
       io[l] = AttentionIO{q[l].data(), k[l].data(), v[l].data(), o[l].data()};
     }
@@ -628,10 +556,9 @@ struct ForwardCmd : Cmd {
               seen.push_back(sut.index.Recover(static_cast<int>(l), view, r, slot));
             }
           }
-          const int32_t lo = shape.window == kNoWindow ? 0 : std::max(0, p - shape.window + 1);
-          for (const Entry& e : after.Tokens(r)) {
-            if (e.pos >= lo && e.pos <= p) want.push_back(Tag{Tag::kToken, e.pos, e.id});
-          }
+          const std::vector<SeenItem>* visible = after.rules.Sees(static_cast<int>(l), r, p);
+          RC_ASSERT(visible != nullptr);
+          for (const SeenItem& e : *visible) want.push_back(Tag{Tag::kToken, e.pos, e.id});
           std::sort(seen.begin(), seen.end());
           RC_ASSERT(seen == want);
           // Bit-identical to a clean single-row cache.
@@ -649,16 +576,6 @@ struct ForwardCmd : Cmd {
     }
   }
 
-  void show(std::ostream& os) const override {
-    if (decode) {
-      os << "decode ids=";
-      for (size_t r = 0; r < ids.size(); ++r) os << (r ? "/" : "") << Join(ids[r]);
-      return;
-    }
-    os << "window " << cols.columns << " left=" << Join(cols.left)
-       << " right=" << Join(cols.right) << " ids=";
-    for (size_t r = 0; r < ids.size(); ++r) os << (r ? "/" : "") << Join(ids[r]);
-  }
 };
 
 struct WindowCmd : ForwardCmd {
@@ -678,21 +595,7 @@ struct TrimCmd : Cmd {
     n = *rc::gen::inRange<int32_t>(0, most + 2);
     bypass = *rc::gen::arbitrary<bool>();
   }
-  bool Refused(const Model& m) const override {
-    if (m.armed || m.AnySsm()) return true;
-    if (!bypass && m.AnyWrapped()) return true;
-    for (int r = 0; r < m.cfg.rows; ++r) {
-      if (m.Next(r) < n) return true;
-      if (bypass && (m.bypass_bound.empty() || m.bypass_bound[r] < n)) return true;
-    }
-    return false;
-  }
-  void apply(Model& m) const override {
-    if (Refused(m)) return;
-    for (int r = 0; r < m.cfg.rows; ++r) m.RemoveLastReal(r, n);
-    m.RestorePeak();
-    m.bypass_bound.clear();
-  }
+  trace::Statement Statement() const override { return testing::StatementOf(trace::TrimOp{n, bypass}); }
   void run(const Model& m, Sut& sut) const override {
     Record(m);
     const uint64_t before = sut.layout->StateHash();
@@ -707,28 +610,19 @@ struct TrimCmd : Cmd {
     RC_ASSERT(sut.layout->positions() == after.Positions());
     CheckTrimmable(after, *sut.layout);
   }
-  void show(std::ostream& os) const override { os << "trim " << n << (bypass ? " bypass" : ""); }
 };
 
 struct ArmCmd : Cmd {
   ArmCmd() = default;
   explicit ArmCmd(const Model&) {}
-  bool Refused(const Model& m) const override { return m.armed; }
-  void apply(Model& m) const override {
-    if (m.armed) return;
-    m.armed = true;
-    m.verified = false;
-    m.bypass_bound.clear();
-    m.last_change_was_write = false;
-  }
+  trace::Statement Statement() const override { return testing::StatementOf(trace::ArmOp{}); }
   void run(const Model& m, Sut& sut) const override {
     Record(m);
     const uint64_t before = sut.layout->StateHash();
     const Status s = sut.layout->Arm();
-    RC_ASSERT(s.ok() == !m.armed);
+    RC_ASSERT(s.ok() == !Refused(m));
     if (!s.ok()) RC_ASSERT(sut.layout->StateHash() == before);
   }
-  void show(std::ostream& os) const override { os << "arm"; }
 };
 
 struct AcceptCmd : Cmd {
@@ -738,38 +632,11 @@ struct AcceptCmd : Cmd {
     const bool per_row = m.cfg.rows > 1 && *rc::gen::arbitrary<bool>();
     const int count = per_row ? m.cfg.rows : 1;
     for (int r = 0; r < count; ++r) {
-      const int32_t real = m.verified ? m.verify_real[r] : 2;
+      const int32_t real = m.rules.verified() ? m.rules.VerifyReal()[static_cast<size_t>(r)] : 2;
       keep.push_back(*rc::gen::inRange<int32_t>(0, real + 2));
     }
   }
-  int32_t Keep(int r) const { return keep.size() == 1 ? keep[0] : keep[r]; }
-  bool Refused(const Model& m) const override {
-    if (!m.armed || !m.verified) return true;
-    for (int r = 0; r < m.cfg.rows; ++r) {
-      if (Keep(r) > m.verify_real[r]) return true;
-    }
-    return false;
-  }
-  void apply(Model& m) const override {
-    if (Refused(m)) return;
-    std::vector<int32_t> drop;
-    for (int r = 0; r < m.cfg.rows; ++r) drop.push_back(m.verify_real[r] - Keep(r));
-    const int32_t common = *std::min_element(drop.begin(), drop.end());
-    for (int r = 0; r < m.cfg.rows; ++r) {
-      m.RemoveLastReal(r, common);
-      int32_t extra = drop[r] - common;
-      for (int64_t c = static_cast<int64_t>(m.cols[r].size()) - 1; c >= 0 && extra > 0; --c) {
-        if (!m.cols[r][c].pad) {
-          m.cols[r][c] = Entry{};
-          --extra;
-        }
-      }
-    }
-    m.armed = false;
-    m.verified = false;
-    m.bypass_bound.clear();
-    m.RestorePeak();
-  }
+  trace::Statement Statement() const override { return testing::StatementOf(trace::AcceptOp{keep}); }
   void run(const Model& m, Sut& sut) const override {
     Record(m);
     const uint64_t before = sut.layout->StateHash();
@@ -779,33 +646,14 @@ struct AcceptCmd : Cmd {
     Model after = m;
     apply(after);
     RC_ASSERT(sut.layout->positions() == after.Positions());
-    RC_ASSERT(sut.layout->armed() == after.armed);
+    RC_ASSERT(sut.layout->armed() == after.rules.armed());
     CheckTrimmable(after, *sut.layout);
     CheckRecurrent(after, *sut.layout);
   }
-  void show(std::ostream& os) const override { os << "accept " << Join(keep); }
 };
 
 std::unique_ptr<Layout> BuildLayout(const Config& c) {
-  std::vector<LayerConfig> layers;
-  for (size_t l = 0; l < c.layers.size(); ++l) {
-    LayerConfig lc;
-    lc.name = "l" + std::to_string(l);
-    lc.kind = c.layers[l].ring() ? CacheKind::kRotating : CacheKind::kKv;
-    lc.capacity = c.layers[l].capacity;
-    if (c.layers[l].recurrent) {
-      lc.kind = CacheKind::kSsm;
-      lc.kheads = c.layers[l].heads / c.layers[l].group;
-      lc.dk = c.layers[l].dk;
-      lc.dv = c.layers[l].dv;
-      lc.conv = c.layers[l].conv;
-    }
-    lc.heads = c.layers[l].heads;
-    lc.q_heads = c.layers[l].QueryHeads();
-    lc.dim = c.layers[l].dim;
-    lc.window = c.layers[l].window;
-    layers.push_back(lc);
-  }
+  const std::vector<LayerConfig> layers = c.Layers();
   std::unique_ptr<Layout> layout;
   RC_ASSERT(Layout::Create(c.rows, layers, &layout).ok());
   return layout;
@@ -994,9 +842,7 @@ KVSPEC_RECORDED_PROP(LayoutProps, KvOperationSequencesMatchTheModel) {
   RC_CLASSIFY(seed != nullptr, "seeded from a trace");
   RC_LOG() << cfg.Header();
   regress::Recorder::Get().Begin(cfg.Header(), note);
-  Model model;
-  model.cfg = cfg;
-  model.cols.resize(static_cast<size_t>(cfg.rows));
+  Model model(cfg);
   Sut sut;
   sut.cfg = cfg;
   sut.layout = BuildLayout(cfg);
@@ -1023,9 +869,7 @@ TEST(LayoutProps, SeedTracesRunThroughTheModel) {
   size_t statements = 0;
   for (const Seed& seed : seeds) {
     regress::Recorder::Get().Begin(seed.cfg.Header());
-    Model model;
-    model.cfg = seed.cfg;
-    model.cols.resize(static_cast<size_t>(seed.cfg.rows));
+    Model model(seed.cfg);
     Sut sut;
     sut.cfg = seed.cfg;
     std::string at = "(layout)";
@@ -1065,7 +909,7 @@ RC_GTEST_PROP(LayoutProps, ChunkingInvariance, ()) {
     chunks.push_back(c);
     left -= c;
   }
-  RC_LOG() << cfg.Header() << "chunks " << Join(chunks);
+  RC_LOG() << cfg.Header() << "chunks " << JoinInts(chunks);
   auto run = [&](const std::vector<int32_t>& split) {
     std::unique_ptr<Layout> layout = BuildLayout(cfg);
     std::vector<std::vector<float>> outs(cfg.layers.size());

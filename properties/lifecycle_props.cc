@@ -136,13 +136,8 @@ class Driver {
                                          hv, &a[l][at * C], &b[l][at * hv], &c[l][at * hv]);
           }
         }
-        SsmIO ssm;
-        ssm.conv_weights = weights_[l].data();
-        ssm.x = a[l].data();
-        ssm.gate = b[l].data();
-        ssm.beta = c[l].data();
-        ssm.y = o[l].data();
-        io[l] = AttentionIO(ssm);
+        io[l] = AttentionIO(
+            SsmIO{weights_[l].data(), a[l].data(), b[l].data(), c[l].data(), o[l].data()});
         continue;
       }
       // q and out follow the layout's query heads (GQA), k and v its KV heads.
@@ -243,6 +238,15 @@ ForwardColumns NextForward(int rows) {
   return ForwardColumns::Dense(rows, *rc::gen::inRange<int32_t>(1, 4));
 }
 
+// The same next forward on `want` and `got` shows the same rows.
+void SameNextForward(Driver& driver, Layout& want, Layout& got, uint64_t id_salt) {
+  const ForwardColumns f = NextForward(want.rows());
+  const auto a = driver.Forward(want, f, id_salt);
+  const auto b = driver.Forward(got, f, id_salt);
+  RC_ASSERT(a.size() == b.size());
+  for (size_t r = 0; r < a.size(); ++r) RC_ASSERT(a[r] == b[r]);
+}
+
 RC_GTEST_PROP(LifecycleProps, JoinKeepsEveryRunningRow, ()) {
   const auto layers = *GenLayers();
   RC_LOG() << Describe(layers);
@@ -297,11 +301,7 @@ RC_GTEST_PROP(LifecycleProps, ExtractThenMergeReturnsTheRows, ()) {
       RC_ASSERT(merged->Join(*one).ok());
     }
   }
-  const ForwardColumns f = NextForward(batch->rows());
-  const auto want = driver.Forward(*batch, f, 9);
-  const auto got = driver.Forward(*merged, f, 9);
-  RC_ASSERT(want.size() == got.size());
-  for (size_t r = 0; r < want.size(); ++r) RC_ASSERT(want[r] == got[r]);
+  SameNextForward(driver, *batch, *merged, 9);
 }
 
 RC_GTEST_PROP(LifecycleProps, FilterKeepsTheChosenRows, ()) {
@@ -347,11 +347,7 @@ RC_GTEST_PROP(LifecycleProps, PersistenceRoundTripIsExact, ()) {
     RC_ASSERT(layout->Accept(keep).ok() == loaded->Accept(keep).ok());
     RC_ASSERT(loaded->StateHash() == layout->StateHash());
   }
-  const ForwardColumns f = NextForward(layout->rows());
-  const auto want = driver.Forward(*layout, f, 21);
-  const auto got = driver.Forward(*loaded, f, 21);
-  RC_ASSERT(want.size() == got.size());
-  for (size_t r = 0; r < want.size(); ++r) RC_ASSERT(want[r] == got[r]);
+  SameNextForward(driver, *layout, *loaded, 21);
 }
 
 RC_GTEST_PROP(LifecycleProps, DamagedBytesAreRefusedCleanly, ()) {

@@ -1,4 +1,8 @@
-// Properties of rotating (ring) caches beyond the model-based sequence test:
+// Properties of rotating (ring) caches beyond the model-based sequence test.
+// Every statement of the recorded property also runs on the trace model
+// (testing/trace_model.h), which says what each forward's real queries see,
+// the positions and whether the ring is still trimmable; both rings are
+// checked against it as well as against each other.
 //
 // - Trim bypass and accept on a ring equal never having written the rejected
 //   tips: after a prefix (any padding, any wrap), a verify window of S real
@@ -25,11 +29,15 @@
 #include "trace/runner.h"
 #include "trace/values.h"
 #include "properties/regression_writer.h"
+#include "testing/generators.h"
+#include "testing/trace_model.h"
 
 namespace kvspec {
 namespace {
 
+using testing::StatementOf;
 using trace::ContentIndex;
+using trace::SeenItem;
 using trace::Tag;
 
 // One forward of a scripted run: L columns, per-row padding, and an id
@@ -42,28 +50,25 @@ struct Step {
 
 // The trace statement of a step: `window` with its padding and, for drafts,
 // the ids of each row's real tokens (positions from `next` on).
-std::string Statement(const Step& s, const std::vector<int32_t>& next) {
-  std::ostringstream os;
-  os << "window " << s.columns << " left=";
-  for (size_t i = 0; i < s.left.size(); ++i) os << (i ? "," : "") << s.left[i];
-  os << " right=";
-  for (size_t i = 0; i < s.right.size(); ++i) os << (i ? "," : "") << s.right[i];
+trace::Statement Window(const Step& s, const std::vector<int32_t>& next) {
+  trace::WindowOp w;
+  w.columns = s.columns;
+  w.has_left = w.has_right = true;
+  w.left = s.left;
+  w.right = s.right;
   if (s.id_offset) {
-    os << " ids=";
+    w.has_ids = true;
     for (size_t r = 0; r < s.left.size(); ++r) {
       const int32_t real = s.columns - s.left[r] - s.right[r];
-      if (r) os << "/";
-      for (int32_t j = 0; j < real; ++j) os << (j ? "," : "") << next[r] + j + s.id_offset;
+      w.ids.emplace_back();
+      for (int32_t j = 0; j < real; ++j) w.ids.back().push_back(next[r] + j + s.id_offset);
     }
   }
-  return os.str();
+  return StatementOf(w);
 }
 
-std::string Positions(const std::vector<int32_t>& next) {
-  std::ostringstream os;
-  os << "expect positions ";
-  for (size_t r = 0; r < next.size(); ++r) os << (r ? "," : "") << next[r];
-  return os.str();
+std::string Statement(const Step& s, const std::vector<int32_t>& next) {
+  return testing::StatementText(Window(s, next));
 }
 
 // What one forward showed: per row and real query, the tags seen and the
@@ -83,18 +88,24 @@ struct Seen {
   }
 };
 
+// The one layer of these properties: a ring named `ring` (capacity 0: a
+// plain cache with the same window).
+LayerConfig RingLayer(int32_t window, int32_t capacity, int heads, int dim) {
+  LayerConfig c;
+  c.name = "ring";
+  c.kind = capacity ? CacheKind::kRotating : CacheKind::kKv;
+  c.heads = heads;
+  c.dim = dim;
+  c.window = window;
+  c.capacity = capacity;
+  return c;
+}
+
 class RingRun {
  public:
   RingRun(int rows, int32_t window, int32_t capacity, int heads, int dim)
       : rows_(rows), heads_(heads), dim_(dim) {
-    LayerConfig c;
-    c.name = "ring";
-    c.kind = capacity ? CacheKind::kRotating : CacheKind::kKv;
-    c.heads = heads;
-    c.dim = dim;
-    c.window = window;
-    c.capacity = capacity;
-    RC_ASSERT(Layout::Create(rows, {c}, &layout_).ok());
+    RC_ASSERT(Layout::Create(rows, {RingLayer(window, capacity, heads, dim)}, &layout_).ok());
   }
 
   Layout& layout() { return *layout_; }
@@ -143,6 +154,77 @@ class RingRun {
   ContentIndex index_;
 };
 
+// The case as it runs: every statement goes to the regression recorder and
+// to the trace model. After a forward the recording states what every real
+// query sees, and after a forward, trim or accept the positions and the
+// ring's trimmability, all as the model says.
+class Script {
+ public:
+  Script(int rows, const LayerConfig& layer)
+      : rules_(rows, {layer}, /*print=*/false), rec_(regress::Recorder::Get()) {
+    rec_.Begin(testing::TraceHeader(rows, {layer}));
+  }
+
+  const testing::TraceModel& rules() const { return rules_; }
+  regress::Recorder& rec() { return rec_; }
+
+  // Records and applies `st`, which the model must accept.
+  void Run(const trace::Statement& st) {
+    const trace::Op op = st.op();
+    const bool forward = op == trace::Op::kWindow || op == trace::Op::kDecode;
+    rec_.Statement(testing::StatementText(st), forward);
+    RC_ASSERT(rules_.Apply(st).done());
+    if (forward) {
+      for (int r = 0; r < rules_.rows(); ++r) {
+        for (int32_t j = 0; j < rules_.LastForwardReal()[static_cast<size_t>(r)]; ++j) {
+          const int32_t p = rules_.LastForwardFirst()[static_cast<size_t>(r)] + j;
+          std::string line = "expect sees ring r" + std::to_string(r) + " p" + std::to_string(p) + ":";
+          for (const SeenItem& item : *rules_.Sees(0, r, p)) {
+            line += " " + std::to_string(item.pos);
+            if (item.id != item.pos) line += ":" + std::to_string(item.id);
+          }
+          rec_.Expect(line);
+        }
+      }
+    }
+    if (forward || op == trace::Op::kTrim || op == trace::Op::kAccept) {
+      rec_.Expect("expect positions " + testing::JoinInts(rules_.Positions()));
+      ExpectTrimmable();
+    }
+  }
+  void ExpectTrimmable() {
+    rec_.Expect(std::string("expect trimmable ring ") + (rules_.Trimmable(0) ? "yes" : "no"));
+  }
+
+  // The current layout's ring (`run`) against the model: positions,
+  // trimmability, kind and, when `seen` is what its last forward showed,
+  // every real query's visible set.
+  void Check(RingRun& run, const Seen* seen) const {
+    const Layout& layout = run.layout();
+    RC_ASSERT(layout.positions() == rules_.Positions());
+    RC_ASSERT(layout.cache(0).isTrimmable() == rules_.Trimmable(0));
+    RC_ASSERT(layout.cache(0).kind() == rules_.KindString(0));
+    if (!seen) return;
+    size_t query = 0;
+    for (int r = 0; r < rules_.rows(); ++r) {
+      for (int32_t j = 0; j < rules_.LastForwardReal()[static_cast<size_t>(r)]; ++j) {
+        const int32_t p = rules_.LastForwardFirst()[static_cast<size_t>(r)] + j;
+        std::vector<Tag> want;
+        for (const SeenItem& item : *rules_.Sees(0, r, p)) {
+          want.push_back(Tag{Tag::kToken, item.pos, item.id});
+        }
+        RC_ASSERT(query < seen->tags.size());
+        RC_ASSERT(seen->tags[query++] == want);
+      }
+    }
+    RC_ASSERT(query == seen->tags.size());
+  }
+
+ private:
+  testing::TraceModel rules_;
+  regress::Recorder& rec_;
+};
+
 rc::Gen<Step> GenStep(int rows, const std::vector<int32_t>& real_so_far, bool allow_pads) {
   return rc::gen::exec([=] {
     Step s;
@@ -173,9 +255,10 @@ void Continue(RingRun& a, RingRun& b, const std::vector<Step>& steps, bool same_
 
 // Recorded as a trace (regression_writer.h) when it fails: the prefix, a
 // fork `fresh`, the round on `main`, the accepted tokens written on
-// `fresh`, then each later window on both, with `expect equal main` and
-// both rings' `expect trimmable` (as `fresh` says) after each, and the
-// oracle's `expect out` values after every window.
+// `fresh`, then each later window on both, with what the model says after
+// each statement (Script), `expect equal main` and both rings' `expect
+// trimmable` after each round of `fresh`, and the oracle's `expect out`
+// values after every window.
 KVSPEC_RECORDED_PROP(RingProps, DroppedTipsEqualNeverWritingThem) {
   const int rows = *rc::gen::inRange(1, 4);
   const int32_t window = *rc::gen::inRange<int32_t>(1, 9);
@@ -185,10 +268,8 @@ KVSPEC_RECORDED_PROP(RingProps, DroppedTipsEqualNeverWritingThem) {
   const bool use_accept = *rc::gen::arbitrary<bool>();
   RC_LOG() << "rows " << rows << ", layer ring rotating window=" << window
            << " capacity=" << capacity << " heads=" << heads << " dim=" << dim << "\n";
-  regress::Recorder& rec = regress::Recorder::Get();
-  rec.Begin("trace 1\nrows " + std::to_string(rows) + "\nlayer ring rotating heads=" +
-            std::to_string(heads) + " dim=" + std::to_string(dim) + " window=" +
-            std::to_string(window) + " capacity=" + std::to_string(capacity) + "\n");
+  Script script(rows, RingLayer(window, capacity, heads, dim));
+  regress::Recorder& rec = script.rec();
 
   RingRun tipped(rows, window, capacity, heads, dim);
   RingRun fresh(rows, window, capacity, heads, dim);
@@ -198,12 +279,13 @@ KVSPEC_RECORDED_PROP(RingProps, DroppedTipsEqualNeverWritingThem) {
   for (int i = 0; i < prefix; ++i) {
     const Step s = *GenStep(rows, real, true);
     RC_LOG() << "  prefix " << Statement(s, real) << "\n";
-    rec.Statement(Statement(s, real), /*forward=*/true);
+    script.Run(Window(s, real));
     for (int r = 0; r < rows; ++r) real[r] += s.columns - s.left[r] - s.right[r];
-    rec.Expect(Positions(real));
-    RC_ASSERT(tipped.Forward(s) == fresh.Forward(s));
+    const Seen seen = tipped.Forward(s);
+    script.Check(tipped, &seen);
+    RC_ASSERT(seen == fresh.Forward(s));
   }
-  rec.Statement("fork fresh");
+  script.Run(StatementOf(trace::ForkOp{"fresh"}));
   // The verify window: S real tokens per row, drafts with their own ids.
   Step verify;
   verify.columns = *rc::gen::inRange<int32_t>(1, 2 * window + 3);
@@ -219,32 +301,29 @@ KVSPEC_RECORDED_PROP(RingProps, DroppedTipsEqualNeverWritingThem) {
   const int32_t common_drop = verify.columns - *std::max_element(keep.begin(), keep.end());
   const bool wrapped_before = !tipped.layout().cache(0).isTrimmable();
   if (use_accept) {
-    rec.Statement("arm");
+    script.Run(StatementOf(trace::ArmOp{}));
     RC_ASSERT(tipped.layout().Arm().ok());
   }
-  rec.Statement(Statement(verify, real), /*forward=*/true);
-  tipped.Forward(verify);
+  script.Run(Window(verify, real));
+  const Seen verified = tipped.Forward(verify);
+  script.Check(tipped, &verified);
   RC_CLASSIFY(!wrapped_before && !tipped.layout().cache(0).isTrimmable(),
               "round crosses the wrap boundary");
   RC_CLASSIFY(wrapped_before, "ring already wrapped");
   if (use_accept) {
-    std::ostringstream accept;
-    accept << "accept ";
-    for (int r = 0; r < rows; ++r) accept << (r ? "," : "") << keep[r];
-    rec.Statement(accept.str());
+    script.Run(StatementOf(trace::AcceptOp{keep}));
     RC_ASSERT(tipped.layout().Accept(keep).ok());
   } else {
-    rec.Statement("trim " + std::to_string(verify.columns - uniform) + " bypass");
+    script.Run(StatementOf(trace::TrimOp{verify.columns - uniform, /*bypass=*/true}));
     RC_ASSERT(tipped.layout().Trim(verify.columns - uniform, /*bypass=*/true).ok());
   }
-  RC_LOG() << "  verify " << Statement(verify, real) << (use_accept ? " then accept " : " then trim bypass to ")
-           << "keep " << keep[0] << (ragged ? " (ragged)" : "") << "\n";
-  std::vector<int32_t> after_round = real;
-  for (int r = 0; r < rows; ++r) after_round[r] += keep[r];
-  rec.Expect(Positions(after_round));
+  script.Check(tipped, nullptr);
+  RC_LOG() << "  verify " << Statement(verify, real)
+           << (use_accept ? " then accept " : " then trim bypass to ") << "keep " << keep[0]
+           << (ragged ? " (ragged)" : "") << "\n";
   // The fresh ring writes only the accepted tokens (as one window; rows
   // that keep fewer than others carry the difference as padding).
-  rec.Statement("use fresh");
+  script.Run(StatementOf(trace::UseOp{"fresh"}));
   const int32_t kept_columns = verify.columns - common_drop;
   if (kept_columns > 0) {
     Step accepted;
@@ -252,20 +331,17 @@ KVSPEC_RECORDED_PROP(RingProps, DroppedTipsEqualNeverWritingThem) {
     accepted.id_offset = verify.id_offset;  // the accepted drafts themselves
     accepted.left.assign(static_cast<size_t>(rows), 0);
     for (int r = 0; r < rows; ++r) accepted.right.push_back(kept_columns - keep[r]);
-    rec.Statement(Statement(accepted, real), /*forward=*/true);
-    fresh.Forward(accepted);
+    script.Run(Window(accepted, real));
+    const Seen seen = fresh.Forward(accepted);
+    script.Check(fresh, &seen);
   }
-  real = after_round;
-  rec.Expect(Positions(real));
+  script.Check(fresh, nullptr);
+  for (int r = 0; r < rows; ++r) real[r] += keep[r];
+  // Both layouts: the same contents, and trimmable as the model says.
   rec.Expect("expect equal main");
-  // The ring that never held the tips says whether it may still be trimmed.
-  const auto trimmable = [&] {
-    return std::string("expect trimmable ring ") +
-           (fresh.layout().cache(0).isTrimmable() ? "yes" : "no");
-  };
-  rec.Expect(trimmable());
-  rec.Statement("use main");
-  rec.Expect(trimmable());
+  script.ExpectTrimmable();
+  script.Run(StatementOf(trace::UseOp{"main"}));
+  script.ExpectTrimmable();
   RC_ASSERT(tipped.layout().positions() == fresh.layout().positions());
   RC_ASSERT(tipped.layout().cache(0).isTrimmable() == fresh.layout().cache(0).isTrimmable());
   // Whatever comes next sees the same things.
@@ -273,17 +349,19 @@ KVSPEC_RECORDED_PROP(RingProps, DroppedTipsEqualNeverWritingThem) {
   for (int i = 0; i < more; ++i) {
     const Step s = *GenStep(rows, real, false);
     RC_LOG() << "  then " << Statement(s, real) << "\n";
-    for (const char* name : {"main", "fresh"}) {
-      rec.Statement(std::string("use ") + name);
-      rec.Statement(Statement(s, real), /*forward=*/true);
+    std::vector<Seen> seen;
+    for (RingRun* run : {&tipped, &fresh}) {
+      script.Run(StatementOf(trace::UseOp{run == &tipped ? "main" : "fresh"}));
+      script.Run(Window(s, real));
+      seen.push_back(run->Forward(s));
+      script.Check(*run, &seen.back());
     }
-    rec.Expect("expect equal main");
     for (int r = 0; r < rows; ++r) real[r] += s.columns;
-    const bool same = tipped.Forward(s) == fresh.Forward(s);
-    rec.Expect(trimmable());
-    rec.Statement("use main");
-    rec.Expect(trimmable());
-    RC_ASSERT(same);
+    rec.Expect("expect equal main");
+    script.ExpectTrimmable();
+    script.Run(StatementOf(trace::UseOp{"main"}));
+    script.ExpectTrimmable();
+    RC_ASSERT(seen[0] == seen[1]);
     RC_ASSERT(tipped.layout().cache(0).isTrimmable() == fresh.layout().cache(0).isTrimmable());
     RC_ASSERT(tipped.layout().positions() == fresh.layout().positions());
   }

@@ -33,6 +33,7 @@
 
 #include "trace/program.h"
 #include "trace/runner.h"
+#include "testing/generators.h"
 #include "testing/target_params.h"
 #include "testing/values_oracle.h"
 
@@ -47,12 +48,6 @@ constexpr double kTolerance = 1e-4;
 int Pick(int lo, int hi) { return *rc::gen::resize(100, rc::gen::inRange(lo, hi + 1)); }
 // True one time in `one_in`; shrinks towards false.
 bool Coin(int one_in = 2) { return Pick(1, one_in) == one_in; }
-
-std::string Join(const std::vector<int32_t>& v, const char* sep = ",") {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
-  return s;
-}
 
 // ---------------------------------------------------------------------------
 // Random programs the runner accepts (TRACE.md "Precise rules"), as text.
@@ -204,12 +199,12 @@ class ProgramGenerator {
     text_ << "window " << L;
     const bool any_left = *std::max_element(left.begin(), left.end()) > 0;
     const bool any_right = *std::max_element(right.begin(), right.end()) > 0;
-    if (any_left || Coin(8)) text_ << " left=" << Join(left);
-    if (any_right || Coin(8)) text_ << " right=" << Join(right);
+    if (any_left || Coin(8)) text_ << " left=" << testing::JoinInts(left);
+    if (any_right || Coin(8)) text_ << " right=" << testing::JoinInts(right);
     padding_ = padding_ || any_left || any_right;
     if (*std::max_element(real.begin(), real.end()) > 0 && Coin(3)) {
       std::vector<std::string> groups;
-      for (int r = 0; r < rows_; ++r) groups.push_back(Join(Ids(real[r])));
+      for (int r = 0; r < rows_; ++r) groups.push_back(testing::JoinInts(Ids(real[r])));
       text_ << " ids=";
       for (int r = 0; r < rows_; ++r) text_ << (r ? "/" : "") << groups[r];
     }
@@ -220,7 +215,7 @@ class ProgramGenerator {
 
   void Decode() {
     text_ << "decode";
-    if (Coin(3)) text_ << " ids=" << Join(Ids(rows_), "/");
+    if (Coin(3)) text_ << " ids=" << testing::JoinInts(Ids(rows_), '/');
     text_ << "\n";
     Cur().columns_added += 1;
     AfterForward(std::vector<int32_t>(static_cast<size_t>(rows_), 1), /*window=*/false);
@@ -256,7 +251,7 @@ class ProgramGenerator {
     std::vector<int32_t> keep(static_cast<size_t>(rows_));
     if (rows_ > 1 && Coin()) {
       for (int r = 0; r < rows_; ++r) keep[r] = Pick(0, m.round_real[r]);
-      text_ << "accept " << Join(keep) << "\n";
+      text_ << "accept " << testing::JoinInts(keep) << "\n";
     } else {
       const int32_t k = Pick(0, *std::min_element(m.round_real.begin(), m.round_real.end()));
       keep.assign(keep.size(), k);

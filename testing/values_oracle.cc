@@ -1,12 +1,19 @@
 // The double-precision oracle of values_oracle.h. Everything here follows
-// TRACE.md's "Values" section line by line; nothing is shared with core/.
+// TRACE.md's "Values" section line by line; nothing is shared with core/:
+// the parsed program and which tokens each query sees come from the trace
+// format and the trace model (testing/trace_model.h), the numbers from here.
 #include "testing/values_oracle.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <map>
-#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/layer_config.h"
+#include "testing/trace_model.h"
+#include "trace/program.h"
 
 namespace kvspec::oracle {
 namespace {
@@ -54,40 +61,20 @@ uint64_t SeedOfWeights(int layer) {
 // ---------------------------------------------------------------------------
 // Layers and the two kinds of computation.
 
-enum class Kind { kKv, kRotating, kSsm };
-
-struct Layer {
-  std::string name;
-  Kind kind = Kind::kKv;
-  int heads = 1;
-  int dim = 4;
-  int window = 0;  // 0: none
-  int kheads = 0;  // 0: = heads
-  int dk = 4;
-  int dv = 4;
-  int conv = 4;
-};
-
 double Sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 double Silu(double z) { return z / (1.0 + std::exp(-z)); }
 
-// Attention output of the query at position p of a row whose real tokens
-// (ids, in position order) include p. Also fills the visible set.
-std::vector<double> AttentionOutput(const Layer& layer, int l, const std::vector<int32_t>& ids,
-                                    int32_t p, std::vector<std::pair<int32_t, int32_t>>* sees) {
+// Attention output of `query` (a real token) that sees the real tokens
+// `visible` (ascending positions).
+std::vector<double> AttentionOutput(const LayerConfig& layer, int l, const trace::SeenItem& query,
+                                    const std::vector<trace::SeenItem>& visible) {
   const int H = layer.heads, D = layer.dim;
-  const int32_t first = layer.window > 0 ? std::max<int32_t>(0, p - layer.window + 1) : 0;
-  std::vector<int32_t> visible;
-  for (int32_t j = first; j <= p; ++j) {
-    visible.push_back(j);
-    sees->push_back({j, ids[static_cast<size_t>(j)]});
-  }
   // Contents of the query and of every visible token: q[H*D], k[H*D], v[H*D].
-  Draws query_draws(SeedOfToken(l, ids[static_cast<size_t>(p)], p));
+  Draws query_draws(SeedOfToken(l, query.id, query.pos));
   const std::vector<double> q = query_draws.Take(static_cast<size_t>(H) * D);
   std::vector<std::vector<double>> keys, values;
-  for (int32_t j : visible) {
-    Draws d(SeedOfToken(l, ids[static_cast<size_t>(j)], j));
+  for (const trace::SeenItem& token : visible) {
+    Draws d(SeedOfToken(l, token.id, token.pos));
     d.Take(static_cast<size_t>(H) * D);  // its q
     keys.push_back(d.Take(static_cast<size_t>(H) * D));
     values.push_back(d.Take(static_cast<size_t>(H) * D));
@@ -116,9 +103,9 @@ std::vector<double> AttentionOutput(const Layer& layer, int l, const std::vector
 
 // y (all value heads, head-major) after each of a row's real tokens, for
 // the whole list, from a zero conv state and a zero recurrent state.
-std::vector<std::vector<double>> RecurrentOutputs(const Layer& layer, int l,
-                                                  const std::vector<int32_t>& ids) {
-  const int Hv = layer.heads, Hk = layer.kheads, dk = layer.dk, dv = layer.dv, K = layer.conv;
+std::vector<std::vector<double>> RecurrentOutputs(const LayerConfig& layer, int l,
+                                                  const std::vector<trace::SeenItem>& tokens) {
+  const int Hv = layer.heads, Hk = layer.KeyHeads(), dk = layer.dk, dv = layer.dv, K = layer.conv;
   const int C = 2 * Hk * dk + Hv * dv;
   const int q_at = 0, k_at = Hk * dk, v_at = 2 * Hk * dk;
   // w[c][j], channel-major draws, times 0.5; w[c][K-1] multiplies the
@@ -134,8 +121,8 @@ std::vector<std::vector<double>> RecurrentOutputs(const Layer& layer, int l,
       static_cast<size_t>(Hv),
       std::vector<std::vector<double>>(static_cast<size_t>(dv), std::vector<double>(dk, 0.0)));
   std::vector<std::vector<double>> ys;
-  for (size_t t = 0; t < ids.size(); ++t) {
-    Draws d(SeedOfToken(l, ids[t], static_cast<int32_t>(t)));
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    Draws d(SeedOfToken(l, tokens[t].id, tokens[t].pos));
     x.push_back(d.Take(static_cast<size_t>(C)));
     const std::vector<double> a = d.Take(static_cast<size_t>(Hv));
     const std::vector<double> b = d.Take(static_cast<size_t>(Hv));
@@ -191,346 +178,100 @@ std::vector<std::vector<double>> RecurrentOutputs(const Layer& layer, int l,
 }
 
 // ---------------------------------------------------------------------------
-// Reading the text.
+// The executor: the model says which tokens each query sees; the numbers
+// are computed here.
 
-struct Problem {
-  std::string message;
-};
-
-std::vector<std::string> Words(std::string line) {
-  const size_t hash = line.find('#');
-  if (hash != std::string::npos) line.resize(hash);
-  std::vector<std::string> words;
-  std::string word;
-  for (char c : line) {
-    if (c == ' ' || c == '\t' || c == '\r') {
-      if (!word.empty()) words.push_back(word);
-      word.clear();
-    } else {
-      word += c;
-    }
+const char* OpName(trace::Op op) {
+  switch (op) {
+    case trace::Op::kWindow: return "window";
+    case trace::Op::kDecode: return "decode";
+    case trace::Op::kTrim: return "trim";
+    case trace::Op::kArm: return "arm";
+    case trace::Op::kAccept: return "accept";
+    case trace::Op::kFork: return "fork";
+    case trace::Op::kUse: return "use";
+    case trace::Op::kJoin: return "join";
+    case trace::Op::kFilter: return "filter";
+    case trace::Op::kExtract: return "extract";
+    case trace::Op::kReload: return "reload";
+    default: return "expect";
   }
-  if (!word.empty()) words.push_back(word);
-  return words;
 }
 
-int32_t Integer(const std::string& s) {
-  if (s.empty() || s.size() > 10) throw Problem{"bad integer '" + s + "'"};
-  int64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') throw Problem{"bad integer '" + s + "'"};
-    v = v * 10 + (c - '0');
-  }
-  if (v > 2147483647) throw Problem{"integer too large '" + s + "'"};
-  return static_cast<int32_t>(v);
+bool ChangesPositions(trace::Op op) {
+  return op == trace::Op::kWindow || op == trace::Op::kDecode || op == trace::Op::kTrim ||
+         op == trace::Op::kAccept || op == trace::Op::kJoin || op == trace::Op::kFilter;
 }
 
-std::vector<std::string> Split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  std::string part;
-  for (char c : s) {
-    if (c == sep) {
-      parts.push_back(part);
-      part.clear();
-    } else {
-      part += c;
-    }
-  }
-  parts.push_back(part);
-  return parts;
-}
-
-std::vector<int32_t> IntList(const std::string& s) {
-  std::vector<int32_t> v;
-  for (const std::string& part : Split(s, ',')) v.push_back(Integer(part));
-  return v;
-}
-
-// "10,11/20,21" -> {{10,11},{20,21}}; a group may be empty.
-std::vector<std::vector<int32_t>> IdGroups(const std::string& s) {
-  std::vector<std::vector<int32_t>> groups;
-  for (const std::string& group : Split(s, '/')) {
-    groups.push_back(group.empty() ? std::vector<int32_t>() : IntList(group));
-  }
-  return groups;
-}
-
-// key=value words after the first `skip` words.
-std::map<std::string, std::string> Options(const std::vector<std::string>& words, size_t skip) {
-  std::map<std::string, std::string> options;
-  for (size_t i = skip; i < words.size(); ++i) {
-    const size_t eq = words[i].find('=');
-    if (eq == std::string::npos) throw Problem{"unexpected word '" + words[i] + "'"};
-    options[words[i].substr(0, eq)] = words[i].substr(eq + 1);
-  }
-  return options;
-}
-
-// ---------------------------------------------------------------------------
-// The executor.
-
-// What the numbers depend on: each row's real tokens' ids (position =
-// index), and the round in progress.
-struct State {
-  std::vector<std::vector<int32_t>> ids;
-  bool armed = false;
-  bool verified = false;
-  std::vector<size_t> round_start;  // per row, its token count before the verify forward
-  std::vector<int32_t> round_real;  // per row, real tokens of the verify forward
-};
-
-class Executor {
- public:
-  Result Run(std::string_view text) {
-    std::vector<std::string> lines;
-    {
-      std::string all(text);
-      std::istringstream in(all);
-      std::string line;
-      while (std::getline(in, line)) lines.push_back(line);
-    }
-    int header = 0;  // 0: expect `trace 1`, 1: `rows`, 2: layers and body
-    for (size_t n = 0; n < lines.size(); ++n) {
-      const int line_number = static_cast<int>(n) + 1;
-      const std::vector<std::string> w = Words(lines[n]);
-      if (w.empty()) continue;
-      try {
-        if (header == 0) {
-          if (w.size() != 2 || w[0] != "trace" || w[1] != "1") throw Problem{"expected 'trace 1'"};
-          header = 1;
-        } else if (header == 1) {
-          if (w.size() != 2 || w[0] != "rows") throw Problem{"expected 'rows B'"};
-          rows_ = Integer(w[1]);
-          if (rows_ < 1 || rows_ > 64) throw Problem{"rows out of range"};
-          header = 2;
-        } else if (w[0] == "layer") {
-          if (!result_.steps.empty() || !layouts_.empty()) {
-            throw Problem{"layer after the first operation"};
-          }
-          AddLayer(w);
+// Every real query of the forward the model has just run, in print order
+// (layers in header order, rows ascending, positions ascending), with its
+// values.
+std::vector<Query> ForwardQueries(const testing::TraceModel& model) {
+  std::vector<Query> queries;
+  const std::vector<LayerConfig>& layers = model.layers();
+  const std::vector<int32_t>& first = model.LastForwardFirst();
+  const std::vector<int32_t>& real = model.LastForwardReal();
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const LayerConfig& layer = layers[l];
+    const bool attention = layer.kind != CacheKind::kSsm;
+    for (int r = 0; r < model.rows(); ++r) {
+      const std::vector<trace::SeenItem> tokens = model.Tokens(r);
+      std::vector<std::vector<double>> ys;
+      if (!attention && real[r] > 0) ys = RecurrentOutputs(layer, static_cast<int>(l), tokens);
+      for (int32_t j = 0; j < real[r]; ++j) {
+        Query query;
+        query.layer = static_cast<int>(l);
+        query.layer_name = layer.name;
+        query.attention = attention;
+        query.row = r;
+        query.pos = first[r] + j;
+        if (attention) {
+          const std::vector<trace::SeenItem>* sees = model.Sees(query.layer, r, query.pos);
+          for (const trace::SeenItem& item : *sees) query.sees.push_back({item.pos, item.id});
+          query.values = AttentionOutput(layer, query.layer,
+                                         tokens[static_cast<size_t>(query.pos)], *sees);
         } else {
-          if (layers_.empty()) throw Problem{"no layer"};
-          if (layouts_.empty()) {
-            State fresh;
-            fresh.ids.assign(static_cast<size_t>(rows_), {});
-            layouts_["main"] = fresh;
-            current_ = "main";
-          }
-          Statement(w, line_number);
+          query.values = ys[static_cast<size_t>(query.pos)];
         }
-      } catch (const Problem& p) {
-        result_.error = std::to_string(line_number) + ": " + p.message;
-        return result_;
+        queries.push_back(std::move(query));
       }
     }
-    if (header < 2 || layers_.empty()) {
-      result_.error = "incomplete header";
-      return result_;
-    }
-    result_.ok = true;
-    return result_;
   }
-
- private:
-  void AddLayer(const std::vector<std::string>& w) {
-    if (w.size() < 3) throw Problem{"layer NAME KIND"};
-    Layer layer;
-    layer.name = w[1];
-    for (const Layer& other : layers_) {
-      if (other.name == layer.name) throw Problem{"duplicate layer name"};
-    }
-    if (w[2] == "kv") {
-      layer.kind = Kind::kKv;
-    } else if (w[2] == "rotating") {
-      layer.kind = Kind::kRotating;
-    } else if (w[2] == "ssm") {
-      layer.kind = Kind::kSsm;
-    } else {
-      throw Problem{"unknown layer kind '" + w[2] + "'"};
-    }
-    for (const auto& [key, value] : Options(w, 3)) {
-      const int v = Integer(value);
-      if (key == "heads") {
-        layer.heads = v;
-      } else if (key == "dim") {
-        layer.dim = v;
-      } else if (key == "window") {
-        layer.window = v;
-      } else if (key == "capacity") {
-        // Placement only: the numbers do not depend on it.
-      } else if (key == "kheads") {
-        layer.kheads = v;
-      } else if (key == "dk") {
-        layer.dk = v;
-      } else if (key == "dv") {
-        layer.dv = v;
-      } else if (key == "conv") {
-        layer.conv = v;
-      } else {
-        throw Problem{"unknown key '" + key + "'"};
-      }
-    }
-    if (layer.kheads == 0) layer.kheads = layer.heads;
-    if (layer.kind == Kind::kRotating && layer.window < 1) throw Problem{"rotating needs a window"};
-    if (layer.heads < 1 || layer.dim < 1 || layer.dk < 1 || layer.dv < 1 || layer.conv < 1 ||
-        layer.kheads < 1 || layer.heads % layer.kheads != 0) {
-      throw Problem{"bad layer shape"};
-    }
-    layers_.push_back(layer);
-    result_.layer_names.push_back(layer.name);
-    result_.rows = rows_;
-  }
-
-  State& Cur() { return layouts_.at(current_); }
-
-  void Statement(const std::vector<std::string>& w, int line) {
-    const std::string& op = w[0];
-    if (op == "expect") return;  // expectations are the runner's business
-    Step step;
-    step.line = line;
-    step.op = op;
-    State& s = Cur();
-    if (op == "window" || op == "decode") {
-      Forward(w, &step);
-    } else if (op == "trim") {
-      if (w.size() < 2 || w.size() > 3 || (w.size() == 3 && w[2] != "bypass")) {
-        throw Problem{"trim N [bypass]"};
-      }
-      const int32_t n = Integer(w[1]);
-      if (s.armed) throw Problem{"trim while armed"};
-      for (const Layer& layer : layers_) {
-        if (layer.kind == Kind::kSsm) throw Problem{"trim with an ssm layer"};
-      }
-      for (const auto& row : s.ids) {
-        if (row.size() < static_cast<size_t>(n)) throw Problem{"trim of more than a row holds"};
-      }
-      for (auto& row : s.ids) row.resize(row.size() - static_cast<size_t>(n));
-      step.changes_positions = true;
-    } else if (op == "arm") {
-      if (w.size() != 1) throw Problem{"arm takes nothing"};
-      if (s.armed) throw Problem{"already armed"};
-      s.armed = true;
-      s.verified = false;
-    } else if (op == "accept") {
-      if (w.size() != 2) throw Problem{"accept K"};
-      if (!s.armed || !s.verified) throw Problem{"accept without a verified round"};
-      std::vector<int32_t> keep = IntList(w[1]);
-      if (keep.size() == 1) keep.assign(static_cast<size_t>(rows_), keep[0]);
-      if (keep.size() != static_cast<size_t>(rows_)) throw Problem{"accept list length"};
-      for (int r = 0; r < rows_; ++r) {
-        if (keep[r] > s.round_real[r]) throw Problem{"accept more than the round wrote"};
-        s.ids[r].resize(s.round_start[r] + static_cast<size_t>(keep[r]));
-      }
-      s.armed = false;
-      s.verified = false;
-      step.changes_positions = true;
-    } else if (op == "fork") {
-      if (w.size() != 2) throw Problem{"fork NAME"};
-      if (layouts_.count(w[1])) throw Problem{"fork onto an existing name"};
-      const State copy = s;
-      layouts_[w[1]] = copy;
-    } else if (op == "use") {
-      if (w.size() != 2) throw Problem{"use NAME"};
-      if (!layouts_.count(w[1])) throw Problem{"use of an unknown name"};
-      current_ = w[1];
-    } else if (op == "reload") {
-      if (w.size() != 1) throw Problem{"reload takes nothing"};
-      // The codec reads back exactly what was written: nothing changes.
-    } else {
-      throw Problem{"'" + op + "' is not supported by the oracle"};
-    }
-    for (const auto& row : Cur().ids) step.positions.push_back(static_cast<int32_t>(row.size()));
-    result_.steps.push_back(step);
-  }
-
-  void Forward(const std::vector<std::string>& w, Step* step) {
-    State& s = Cur();
-    const bool decode = w[0] == "decode";
-    int32_t columns = 1;
-    size_t skip = 1;
-    if (!decode) {
-      if (w.size() < 2) throw Problem{"window L"};
-      columns = Integer(w[1]);
-      if (columns < 1) throw Problem{"L must be >= 1"};
-      skip = 2;
-    }
-    const std::map<std::string, std::string> options = Options(w, skip);
-    std::vector<int32_t> left(static_cast<size_t>(rows_), 0), right = left;
-    std::vector<std::vector<int32_t>> ids;
-    for (const auto& [key, value] : options) {
-      if (key == "left" && !decode) {
-        left = IntList(value);
-      } else if (key == "right" && !decode) {
-        right = IntList(value);
-      } else if (key == "ids") {
-        ids = IdGroups(value);
-        if (ids.size() != static_cast<size_t>(rows_)) throw Problem{"ids: one group per row"};
-      } else {
-        throw Problem{"unknown option '" + key + "'"};
-      }
-    }
-    if (left.size() != static_cast<size_t>(rows_) || right.size() != left.size()) {
-      throw Problem{"left/right: one value per row"};
-    }
-    if (s.armed && s.verified) throw Problem{"a second forward in a round"};
-    std::vector<size_t> start(static_cast<size_t>(rows_));
-    std::vector<int32_t> real(static_cast<size_t>(rows_));
-    for (int r = 0; r < rows_; ++r) {
-      start[r] = s.ids[r].size();
-      if (left[r] > 0 && start[r] > 0) throw Problem{"left padding of a row holding tokens"};
-      if (static_cast<int64_t>(left[r]) + right[r] > columns) throw Problem{"left + right > L"};
-      real[r] = columns - left[r] - right[r];
-      if (ids.empty()) {
-        for (int32_t j = 0; j < real[r]; ++j)
-          s.ids[r].push_back(static_cast<int32_t>(start[r]) + j);
-      } else {
-        if (ids[r].size() != static_cast<size_t>(real[r])) throw Problem{"ids: count per row"};
-        for (int32_t id : ids[r]) s.ids[r].push_back(id);
-      }
-    }
-    if (s.armed) {
-      s.verified = true;
-      s.round_start = start;
-      s.round_real = real;
-    }
-    // Outputs, in print order: layer, row, position.
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      const Layer& layer = layers_[l];
-      const bool attention = layer.kind != Kind::kSsm;
-      for (int r = 0; r < rows_; ++r) {
-        std::vector<std::vector<double>> ys;
-        if (!attention && real[r] > 0) ys = RecurrentOutputs(layer, static_cast<int>(l), s.ids[r]);
-        for (int32_t j = 0; j < real[r]; ++j) {
-          Query query;
-          query.layer = static_cast<int>(l);
-          query.layer_name = layer.name;
-          query.attention = attention;
-          query.row = r;
-          query.pos = static_cast<int32_t>(start[r]) + j;
-          if (attention) {
-            query.values =
-                AttentionOutput(layer, static_cast<int>(l), s.ids[r], query.pos, &query.sees);
-          } else {
-            query.values = ys[static_cast<size_t>(query.pos)];
-          }
-          step->queries.push_back(query);
-        }
-      }
-    }
-    step->forward = true;
-    step->changes_positions = true;
-  }
-
-  int rows_ = 0;
-  std::vector<Layer> layers_;
-  std::map<std::string, State> layouts_;
-  std::string current_;
-  Result result_;
-};
+  return queries;
+}
 
 }  // namespace
 
-Result Evaluate(std::string_view text) { return Executor().Run(text); }
+Result Evaluate(std::string_view text) {
+  Result result;
+  trace::Program program;
+  trace::SyntaxError error;
+  if (!trace::ParseTrace(text, "oracle.trace", &program, &error)) {
+    result.error = std::to_string(error.line) + ": " + error.message;
+    return result;
+  }
+  result.rows = program.rows;
+  for (const LayerConfig& layer : program.layers) result.layer_names.push_back(layer.name);
+  testing::TraceModel model(program, /*print=*/false);
+  for (const trace::Statement& st : program.body) {
+    if (st.op() >= trace::Op::kExpectSees) continue;  // the runner's business
+    const testing::StepResult done = model.Apply(st);
+    if (!done.done()) {
+      result.error = std::to_string(st.line) + ": " + done.reason;
+      return result;
+    }
+    Step step;
+    step.line = st.line;
+    step.op = OpName(st.op());
+    step.forward = st.op() == trace::Op::kWindow || st.op() == trace::Op::kDecode;
+    step.changes_positions = ChangesPositions(st.op());
+    if (step.forward) step.queries = ForwardQueries(model);
+    step.positions = model.Positions();
+    result.steps.push_back(std::move(step));
+  }
+  result.ok = true;
+  return result;
+}
 
 std::string FormatSees(const std::vector<std::pair<int32_t, int32_t>>& sees) {
   std::string s;

@@ -1,26 +1,23 @@
 // A double-precision oracle for the numbers a trace carries
-// (../shared/TRACE.md, "Values"), written independently of core/: its own
-// reading of the trace text, its own executor, its own mix(), streams,
-// token contents, conv weights, softmax attention and gated-DeltaNet
-// recurrence, all in plain loops over doubles.
+// (../shared/TRACE.md, "Values"), written independently of core/ and
+// kernels/: its own mix(), streams, token contents, conv weights, softmax
+// attention and gated-DeltaNet recurrence, all in plain loops over doubles.
 //
-// The executor knows only what the numbers depend on: each row's list of
-// real tokens (their ids; a token's position is its index in the list).
-// Pads, physical placement, rings and masks do not matter to it, by
-// definition:
-//   - an attention query of row r at position p sees the row's real tokens
-//     at positions max(0, p-W+1) .. p (W = the layer's window, or all);
+// The rules are not derived again here: the trace is read by the trace
+// format's parser (trace/program.h) and run on the trace model
+// (testing/trace_model.h), which says, after each forward, which real
+// queries it had and which tokens each one sees. The numbers depend only on
+// that, by definition:
+//   - an attention query's output is softmax attention over the tokens the
+//     model says it sees (its row's real tokens at positions
+//     max(0, p-W+1) .. p);
 //   - a recurrent token's output is y after replaying the row's real
 //     tokens 0 .. p in order from a zero state.
+// Pads, physical placement, rings and masks do not matter to it.
 //
-// Supported statements: the header (`trace 1`, `rows`, `layer` of kinds kv,
-// rotating and ssm), `window` (left, right, ids), `decode` (ids), `trim`
-// (bypass), `arm`, `accept` (uniform or per row), `fork`, `use`, `reload`;
-// every `expect` line is skipped. `join`, `filter` and `extract` are
-// reported as unsupported. The executor checks what it needs to compute
-// (list lengths, padding of non-empty rows, rounds, trim sizes, names) and
-// assumes the rest of the program is accepted by a conforming runner (it
-// does not track ring wrap, for instance).
+// Every operation is supported; expectations are skipped (they are the
+// runner's business). The first statement the model refuses (or cannot
+// run) stops the evaluation with an error.
 #pragma once
 
 #include <cstdint>
