@@ -28,7 +28,7 @@ const char kUsage[] =
 
 const char kTraceUsage[] =
     "usage: kvspec trace [--values] [--emit] [--reference] [--save-reloads DIR]\n"
-    "                    [--max-memory MIB] FILE...\n"
+    "                    [--max-memory MIB] [--max-work MOPS] FILE...\n"
     "\n"
     "Runs each trace file (`-` reads standard input) as written in the trace\n"
     "format, version 1. For each forward it prints, on standard output, one\n"
@@ -48,7 +48,16 @@ const char kTraceUsage[] =
     "  --save-reloads DIR  write the bytes of every `reload` to\n"
     "                    DIR/FILE.LINE.kvsl (codec seed corpora)\n"
     "  --max-memory MIB  storage budget over all layouts of one trace\n"
-    "                    (default 4096); a trace needing more stops, exit 2\n"
+    "                    (default 4096): storage, recurrent state and its double\n"
+    "                    buffer, forward inputs and outputs, round records,\n"
+    "                    forks, extracts, reloads, the read-back and its index,\n"
+    "                    each checked before it is allocated; a trace needing\n"
+    "                    more stops: exit 2, `FILE:LINE: limit: ... needs N MiB`\n"
+    "  --max-work MOPS   work budget of one trace in millions of operations\n"
+    "                    (default 42949, seconds on one core): attention and\n"
+    "                    recurrent multiply-adds, bytes read back, 64 per tag\n"
+    "                    reported; a trace needing more stops: exit 2,\n"
+    "                    `FILE:LINE: limit: work ...`\n"
     "\n"
     "Every layer kind (kv, rotating, ssm) and every statement are supported.\n"
     "\n"
@@ -87,6 +96,15 @@ int Trace(int argc, char** argv) {
         return 2;
       }
       options.max_bytes = static_cast<size_t>(mib) << 20;
+    } else if (arg == "--max-work") {
+      char* end = nullptr;
+      const unsigned long long mops = i + 1 < argc ? std::strtoull(argv[++i], &end, 10) : 0;
+      if (!end || *end != '\0' || mops == 0 || mops > (1ull << 40)) {
+        std::fputs("kvspec trace: --max-work needs a value in millions of operations\n",
+                   stderr);
+        return 2;
+      }
+      options.max_work = static_cast<uint64_t>(mops) * 1000000;
     } else if (arg.size() > 1 && arg[0] == '-') {
       std::fprintf(stderr, "kvspec trace: unknown option '%s' (see kvspec trace --help)\n",
                    arg.c_str());

@@ -59,8 +59,9 @@ void ReadErrorLine(const std::string& file, const std::string& line, RunnerOutco
     }
   }
   const std::string rest = digits ? line.substr(i) : std::string();
-  if (rest.rfind(": error: ", 0) == 0 || rest.rfind(":1: ", 0) == 0) {
-    // A refusal, or a limit (reported like a syntax error at column 1).
+  if (rest.rfind(": error: ", 0) == 0 || rest.rfind(": limit: ", 0) == 0 ||
+      rest.rfind(":1: ", 0) == 0) {
+    // A refusal, or a limit.
     if (outcome->stop_line == 0) {
       outcome->stop_line = number;
       return;

@@ -31,6 +31,12 @@ Runner::Runner(const Program& program, const RunOptions& options, std::ostream& 
 }
 
 int Runner::Run() {
+  int budget_line = p_.header_end_line;
+  if (Outcome o = CreateBudget(&budget_line); o.code) {
+    err_ << p_.file << ":" << budget_line << ": limit: " << o.message << "\n";
+    status_ = 2;
+    return Finish(budget_line);
+  }
   std::unique_ptr<Layout> layout;
   Status s = Layout::Create(p_.rows, p_.layers, &layout);
   if (!s.ok()) {
@@ -64,7 +70,7 @@ int Runner::Run() {
     }
 #endif
     if (o.code == 2) {
-      err_ << p_.file << ":" << st.line << ":1: " << o.message << "\n";
+      err_ << p_.file << ":" << st.line << ": limit: " << o.message << "\n";
       status_ = 2;
       return Finish(st.line);
     }

@@ -88,20 +88,6 @@ Outcome Runner::TokenIds(const WindowOp& w, const ForwardColumns& cols,
   return {};
 }
 
-// Whether the current layout after the forward, with every other layout,
-// fits the memory budget.
-Outcome Runner::ForwardBudget(const ForwardColumns& cols) {
-  size_t others = 0;
-  for (const auto& [name, named] : layouts_) {
-    if (name != current_) others += named.layout->allocatedBytes();
-  }
-  if (others + Cur().BytesAfterForward(cols.columns) > opt_.max_bytes) {
-    return Outcome::Limit("storage would exceed the limit of " +
-                          std::to_string(opt_.max_bytes >> 20) + " MiB");
-  }
-  return {};
-}
-
 // Contents of every real column; pad columns hold PadValue(), outputs 0.
 void Runner::FillInputs(const ForwardColumns& cols, const std::vector<int32_t>& before,
                         const std::vector<std::vector<int32_t>>& ids,

@@ -5,6 +5,7 @@
 //                      reload and the memory budget;
 //   runner_forward.cc  forwards and read-back: running `window` / `decode`
 //                      and recovering what each query saw from the bytes;
+//   runner_budget.cc   the memory and work budgets;
 //   runner_expect.cc   expectations;
 //   runner_emit.cc     `sees` / `out` / `state` lines and --emit.
 // Token contents are trace/values.h's; tags are content_index.cc's.
@@ -102,8 +103,16 @@ class Runner {
   Outcome Filter(const FilterOp& filter);
   Outcome Extract(const ExtractOp& extract);
   Outcome Reload(const Statement& st);
-  // Whether `more` bytes on top of every layout's storage fit the budget.
-  Outcome Budget(size_t more, const char* what) const;
+
+  // runner_budget.cc
+  // Whether `more` bytes on top of everything held fit the memory budget.
+  Outcome Budget(uint64_t more, const char* what) const;
+  // Whether Layout::Create's storage fits; *line: the layer line to blame.
+  Outcome CreateBudget(int* line) const;
+  Outcome ForwardBudget(const ForwardColumns& cols);
+  // Every layout's storage and last forward, and the content index.
+  uint64_t HeldBytes() const;
+  Outcome MemoryLimit(uint64_t needed, const std::string& what) const;
 
   // runner_forward.cc
   Outcome Forward(const Statement& st, const WindowOp& w, bool decode);
@@ -111,7 +120,6 @@ class Runner {
   Outcome TokenIds(const WindowOp& w, const ForwardColumns& cols,
                    const std::vector<int32_t>& before,
                    std::vector<std::vector<int32_t>>* ids);
-  Outcome ForwardBudget(const ForwardColumns& cols);
   void FillInputs(const ForwardColumns& cols, const std::vector<int32_t>& before,
                   const std::vector<std::vector<int32_t>>& ids, ForwardBuffers* buffers);
   void RememberWritten(const ForwardColumns& cols, const std::vector<int32_t>& before,
@@ -152,6 +160,7 @@ class Runner {
   ContentIndex index_;
   std::vector<std::vector<float>> conv_weights_;  // per ssm layer, [K][C]
   int status_ = 0;
+  uint64_t work_ = 0;  // operations so far (runner_budget.cc)
   bool top_level_ = true;  // false while running the OP of `expect error`
   std::set<int> drop_lines_;  // --emit: expectations the run regenerates
   std::map<int, std::vector<std::string>> emit_after_;  // --emit: line -> lines

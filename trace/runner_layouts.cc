@@ -80,6 +80,10 @@ Outcome Runner::Reload(const Statement& st) {
   std::string bytes;
   Status s = EncodeLayout(Cur(), &bytes);
   std::unique_ptr<Layout> loaded;
+  // The encoded bytes and the decoded copy are held at once.
+  if (s.ok()) {
+    if (Outcome o = Budget(bytes.size() + Cur().allocatedBytes(), "reload"); o.code) return o;
+  }
   if (s.ok() && !opt_.save_reloads_dir.empty()) {
     const std::string base = p_.file.substr(p_.file.find_last_of('/') + 1);
     const std::string path =
@@ -94,16 +98,6 @@ Outcome Runner::Reload(const Statement& st) {
   // A reload changes the layout (TRACE.md rule 3): no bypass trim after it.
   loaded->ForgetBypassBound();
   layouts_[current_].layout = std::move(loaded);
-  return {};
-}
-
-Outcome Runner::Budget(size_t more, const char* what) const {
-  size_t total = more;
-  for (const auto& named : layouts_) total += named.second.layout->allocatedBytes();
-  if (total > opt_.max_bytes) {
-    return Outcome::Limit(std::string(what) + ": storage would exceed the limit of " +
-                          std::to_string(opt_.max_bytes >> 20) + " MiB");
-  }
   return {};
 }
 

@@ -15,6 +15,8 @@
 #             there, so it is the last line on standard error)
 #   syntax_*  exit 2, PATTERN `:LINE:COL:` (found before anything runs: the
 #             only line on standard error, and nothing on standard output)
+#   limit_*   exit 2, PATTERN `:LINE: limit:` (a memory or work budget hit
+#             while running; the file stops there: the last stderr line)
 #
 # MODE=emit: `kvspec trace --emit FILE` exits 0; its output, fed to
 # `kvspec trace -`, exits 0 with nothing on standard error; and emitting
@@ -55,8 +57,11 @@ if(MODE STREQUAL "bad")
   elseif(name MATCHES "^syntax_")
     set(prefix_exit 2)
     set(shape "^:[0-9]+:[0-9]+:")
+  elseif(name MATCHES "^limit_")
+    set(prefix_exit 2)
+    set(shape "^:[0-9]+: limit:")
   else()
-    fail("${name}: a bad trace's name starts with fail_, error_ or syntax_")
+    fail("${name}: a bad trace's name starts with fail_, error_, syntax_ or limit_")
   endif()
   if(NOT want_exit STREQUAL prefix_exit)
     fail("${name}: expect-exit ${want_exit} disagrees with its name (exit ${prefix_exit})")
@@ -81,7 +86,7 @@ if(MODE STREQUAL "bad")
   list(LENGTH lines count)
   list(GET lines -1 last)
   string(REPLACE "<semicolon>" ";" last "${last}")
-  if(name MATCHES "^error_")
+  if(name MATCHES "^(error|limit)_")
     string(FIND "${last}" "${FILE}${pattern}" at)
     if(NOT at EQUAL 0)
       fail("${name}: the refusal is not the last stderr line (the file must stop there)\nstderr:\n${err}")
