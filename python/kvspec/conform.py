@@ -462,8 +462,12 @@ def run(adapter, files, compare=True, as_json=False, out=None):
     returns the list of :class:`Result`."""
     out = out or sys.stdout
     results = []
-    mode = "compared with kvspec's core" if compare and have_core() else \
-        "pure Python: the traces' own expectations only (kvspec._core not available)"
+    if compare and have_core():
+        mode = "compared with kvspec's core"
+    elif compare:
+        mode = "pure Python: the traces' own expectations only (kvspec._core not available)"
+    else:
+        mode = "the traces' own expectations only (--no-compare)"
     start = time.time()
     for path in files:
         result = run_file(path, adapter, compare)
