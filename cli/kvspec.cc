@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -64,8 +65,20 @@ const char kTraceUsage[] =
 // parser and prints the program as JSON. Nothing is printed unless the run
 // and the parse both succeed.
 int EmitJson(const std::string& file, const kvspec::trace::RunOptions& options) {
+  std::ostringstream original;
+  if (file == "-") {
+    original << std::cin.rdbuf();
+  } else {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) {
+      std::cerr << file << ":1:1: cannot open file\n";
+      return 2;
+    }
+    original << in.rdbuf();
+  }
   std::ostringstream emitted;
-  const int s = kvspec::trace::RunTraceFile(file, options, emitted, std::cerr);
+  const int s = kvspec::trace::RunTraceText(original.str(), file == "-" ? "<stdin>" : file,
+                                            options, emitted, std::cerr);
   if (s != 0) return s;
   kvspec::trace::Program program;
   kvspec::trace::SyntaxError error;
@@ -73,7 +86,9 @@ int EmitJson(const std::string& file, const kvspec::trace::RunOptions& options) 
     std::cerr << error.ToString() << " (in the emitted trace)\n";
     return 2;
   }
-  std::cout << kvspec::trace::ProgramToJson(program);
+  const std::vector<int> source_lines =
+      kvspec::trace::SourceLines(original.str(), emitted.str());
+  std::cout << kvspec::trace::ProgramToJson(program, &source_lines);
   std::cout.flush();
   return 0;
 }

@@ -63,6 +63,8 @@ void Groups(std::string* out, bool has, const std::vector<std::vector<int32_t>>&
   *out += ']';
 }
 
+const std::vector<int>* g_source_lines = nullptr;  // set while ProgramToJson runs
+
 void WriteStatement(std::string* out, const Program& p, const trace::Statement& st);
 
 void Fields(std::string* out, const Program& p, const trace::Statement& st) {
@@ -190,6 +192,11 @@ void Fields(std::string* out, const Program& p, const trace::Statement& st) {
 
 void WriteStatement(std::string* out, const Program& p, const trace::Statement& st) {
   *out += "{\"line\": " + std::to_string(st.line);
+  if (g_source_lines && st.line >= 1 &&
+      static_cast<size_t>(st.line) <= g_source_lines->size()) {
+    Key(out, "source_line");
+    *out += std::to_string((*g_source_lines)[static_cast<size_t>(st.line) - 1]);
+  }
   Key(out, "op");
   String(out, OpName(st.op()));
   Fields(out, p, st);
@@ -223,7 +230,53 @@ std::string_view OpName(Op op) {
   return "";
 }
 
-std::string ProgramToJson(const Program& p) {
+std::vector<std::string_view> SplitLines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    lines.push_back(line);
+    start = end + 1;
+  }
+  return lines;
+}
+
+// Whether the emitter may have dropped this original line (an expectation
+// it regenerates).
+bool Regenerated(std::string_view line) {
+  const size_t first = line.find_first_not_of(" \t");
+  if (first == std::string_view::npos) return false;
+  line.remove_prefix(first);
+  for (std::string_view prefix : {"expect sees", "expect positions", "expect out"}) {
+    if (line.substr(0, prefix.size()) == prefix) return true;
+  }
+  return false;
+}
+
+std::vector<int> SourceLines(std::string_view original, std::string_view emitted) {
+  const std::vector<std::string_view> from = SplitLines(original), to = SplitLines(emitted);
+  std::vector<int> map(to.size(), 0);
+  size_t next = 0;  // the next original line not yet matched
+  int last = 0;
+  for (size_t e = 0; e < to.size(); ++e) {
+    // The next original line equal to this one, skipping only lines the
+    // emitter drops.
+    size_t j = next;
+    while (j < from.size() && from[j] != to[e] && Regenerated(from[j])) ++j;
+    if (j < from.size() && from[j] == to[e]) {
+      last = static_cast<int>(j) + 1;
+      next = j + 1;
+    }
+    map[e] = last;
+  }
+  return map;
+}
+
+std::string ProgramToJson(const Program& p, const std::vector<int>* source_lines) {
+  g_source_lines = source_lines;
   std::string out = "{\"format\": \"kvspec-trace-json\", \"version\": 1";
   Key(&out, "file");
   String(&out, p.file);
@@ -259,6 +312,7 @@ std::string ProgramToJson(const Program& p) {
     WriteStatement(&out, p, p.body[i]);
   }
   out += "]}\n";
+  g_source_lines = nullptr;
   return out;
 }
 

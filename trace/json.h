@@ -17,10 +17,15 @@
 // "expect trimmable" {layer, yes}; "expect kind" {layer, kind};
 // "expect bytes_per_token" {layer, bytes}. LAYER fields are layer names.
 // Values are printed with 17 significant digits: they read back exactly.
+// With source lines (an emitted trace's lines mapped back to the file it
+// was emitted from), every statement also has "source_line": the line of
+// the original file, or for an expectation the emitter filled in, the line
+// of the statement it follows.
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "trace/program.h"
 
@@ -31,6 +36,14 @@ namespace kvspec::trace {
 std::string_view OpName(Op op);
 
 // The whole program as one JSON document (ends with a newline).
-std::string ProgramToJson(const Program& program);
+// source_lines, when given, has one entry per line of the program's text.
+std::string ProgramToJson(const Program& program,
+                          const std::vector<int>* source_lines = nullptr);
+
+// Maps each line of `emitted` (kvspec trace --emit of `original`) to the
+// line of `original` it echoes, or to the last echoed line before it for a
+// line the emitter added (0 before the first). The emitter echoes the
+// original lines in order, dropping the expectations it regenerates.
+std::vector<int> SourceLines(std::string_view original, std::string_view emitted);
 
 }  // namespace kvspec::trace

@@ -49,6 +49,7 @@ class Result:
 
     def __init__(self, file, status, line=None, message=""):
         self.file = file
+        self.path = file  # the file given to the runner (.trace or .json)
         self.status = status
         self.line = line
         self.message = message
@@ -62,7 +63,7 @@ class Result:
         return "not applicable %s: %s" % (self.file, self.message)
 
     def as_dict(self):
-        return {"file": self.file, "status": self.status, "line": self.line,
+        return {"file": self.file, "path": self.path, "status": self.status, "line": self.line,
                 "message": self.message}
 
 
@@ -77,11 +78,9 @@ def load_adapter(spec):
 
 
 def have_core():
-    try:
-        from . import _core  # noqa: F401
-        return True
-    except ImportError:
-        return False
+    """Whether the compiled module kvspec._core is importable."""
+    from . import HAVE_CORE
+    return HAVE_CORE
 
 
 def _norm_item(item):
@@ -438,16 +437,21 @@ def run_file(path, adapter, compare=True):
         prog = programs.load(path)
     except (TraceSyntaxError, ValueError, OSError) as e:
         return Result(path, "fail", message=str(e))
-    prog.file = path
+    # A .json file reports the trace it was emitted from, with that trace's
+    # lines; a .trace file reports itself.
+    if not path.endswith(".json"):
+        prog.file = path
     reference = None
     if compare and have_core():
         from .adapters.reference import Adapter as Reference
         reference = Reference()
     adapter = load_adapter(adapter)
     try:
-        return run_program(prog, adapter, reference)
+        result = run_program(prog, adapter, reference)
     except Exception as e:  # an adapter bug is a failure of that trace, not a crash
-        return Result(path, "fail", message="%s: %s" % (type(e).__name__, e))
+        result = Result(prog.file, "fail", message="%s: %s" % (type(e).__name__, e))
+    result.path = path
+    return result
 
 
 def summary(results):

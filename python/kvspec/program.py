@@ -35,9 +35,12 @@ class Statement:
     ``expect error`` holds the refused statement in ``inner``."""
 
     def __init__(self, d):
-        self.fields = {k: v for k, v in d.items() if k not in ("op", "line")}
+        self.fields = {k: v for k, v in d.items() if k not in ("op", "line", "source_line")}
         self.op = d["op"]
-        self.line = d["line"]
+        # In an emitted (.json) trace, the line of the original trace file
+        # (trace/json.h "source_line"); the emitted text's own line beside it.
+        self.emitted_line = d["line"]
+        self.line = d.get("source_line") or d["line"]
         for k, v in self.fields.items():
             setattr(self, k, Statement(v) if k == "inner" else v)
 
@@ -152,11 +155,10 @@ def load(path):
     if path.endswith(".json"):
         with open(path, encoding="utf-8") as f:
             return Program(json.load(f))
-    try:
-        from . import _core  # noqa: F401
-    except ImportError:
+    from . import HAVE_CORE
+    if not HAVE_CORE:
         raise TraceSyntaxError(
             "%s: a .trace file needs the compiled module kvspec._core; in pure-Python mode "
-            "run the emitted form (corpus/emitted/%s.json)" % (path, os.path.basename(path)))
+            "run the emitted form (corpus/emitted/%s)" % (path, os.path.basename(path)[:-len(".trace")] + ".json"))
     with open(path, encoding="utf-8", newline="") as f:
         return parse_trace(f.read(), path)
