@@ -38,10 +38,12 @@ OUT_TOLERANCE = 1e-4
 class Failure(Exception):
     """A failed check: the trace line and what was expected and got."""
 
-    def __init__(self, line, message):
+    def __init__(self, line, message, reference_refused=False):
         super().__init__(message)
         self.line = line
         self.message = message
+        # The reference refused the statement the adapter accepted.
+        self.reference_refused = reference_refused
 
 
 class Result:
@@ -151,7 +153,7 @@ class _Run:
                 raise Failure(st.line, "differs from the reference: expected the operation "
                               "to be accepted got refused (%s)" % outcomes[0])
             raise Failure(st.line, "differs from the reference: expected a refusal (%s) got "
-                          "none" % outcomes[1])
+                          "none" % outcomes[1], reference_refused=True)
         return outcomes[0]
 
     # -- the trace -------------------------------------------------------------
