@@ -67,11 +67,11 @@ const std::vector<int>* g_source_lines = nullptr;  // set while ProgramToJson ru
 
 void WriteStatement(std::string* out, const Program& p, const trace::Statement& st);
 
+// The fields of an expectation, its LAYER as the layer's name.
+void ExpectationFields(std::string* out, const Program& p, const trace::Statement& st);
+
+// The fields of a statement after "line" and "op".
 void Fields(std::string* out, const Program& p, const trace::Statement& st) {
-  auto layer = [&](int index) {
-    Key(out, "layer");
-    String(out, p.layers[static_cast<size_t>(index)].name);
-  };
   switch (st.op()) {
     case Op::kWindow: {
       const WindowOp& w = st.Get<WindowOp>();
@@ -126,6 +126,18 @@ void Fields(std::string* out, const Program& p, const trace::Statement& st) {
       Key(out, "name");
       String(out, st.Get<ExtractOp>().name);
       return;
+    default:
+      ExpectationFields(out, p, st);
+      return;
+  }
+}
+
+void ExpectationFields(std::string* out, const Program& p, const trace::Statement& st) {
+  auto layer = [&](int index) {
+    Key(out, "layer");
+    String(out, p.layers[static_cast<size_t>(index)].name);
+  };
+  switch (st.op()) {
     case Op::kExpectSees: {
       const ExpectSees& e = st.Get<ExpectSees>();
       layer(e.layer);
@@ -187,6 +199,8 @@ void Fields(std::string* out, const Program& p, const trace::Statement& st) {
       Key(out, "bytes");
       *out += std::to_string(st.Get<ExpectBytesPerToken>().bytes);
       return;
+    default:
+      return;  // an operation: Fields
   }
 }
 
@@ -201,6 +215,32 @@ void WriteStatement(std::string* out, const Program& p, const trace::Statement& 
   String(out, OpName(st.op()));
   Fields(out, p, st);
   *out += '}';
+}
+
+std::vector<std::string_view> SplitLines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    lines.push_back(line);
+    start = end + 1;
+  }
+  return lines;
+}
+
+// Whether the emitter may have dropped this original line (an expectation
+// it regenerates).
+bool Regenerated(std::string_view line) {
+  const size_t first = line.find_first_not_of(" \t");
+  if (first == std::string_view::npos) return false;
+  line.remove_prefix(first);
+  for (std::string_view prefix : {"expect sees", "expect positions", "expect out"}) {
+    if (line.substr(0, prefix.size()) == prefix) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -228,32 +268,6 @@ std::string_view OpName(Op op) {
     case Op::kExpectBytesPerToken: return "expect bytes_per_token";
   }
   return "";
-}
-
-std::vector<std::string_view> SplitLines(std::string_view text) {
-  std::vector<std::string_view> lines;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(start, end - start);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    lines.push_back(line);
-    start = end + 1;
-  }
-  return lines;
-}
-
-// Whether the emitter may have dropped this original line (an expectation
-// it regenerates).
-bool Regenerated(std::string_view line) {
-  const size_t first = line.find_first_not_of(" \t");
-  if (first == std::string_view::npos) return false;
-  line.remove_prefix(first);
-  for (std::string_view prefix : {"expect sees", "expect positions", "expect out"}) {
-    if (line.substr(0, prefix.size()) == prefix) return true;
-  }
-  return false;
 }
 
 std::vector<int> SourceLines(std::string_view original, std::string_view emitted) {
