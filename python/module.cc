@@ -372,129 +372,177 @@ py::object TagObject(const trace::Tag& t) {
   return py::none();
 }
 
-// One forward of trace tokens; returns (seen, outs): dicts keyed by
-// (layer, row, pos) of what each real query saw (tuples (pos, id), or
-// "pad"/"zero"/"junk" for admitted slots holding no written token) and of
-// its output values.
-py::tuple TraceForward(Layout& layout, TraceContents& contents, int32_t columns,
-                       py::object left, py::object right, py::object ids_in, bool decode) {
-  const ForwardColumns cols = Columns(layout, columns, left, right, decode);
-  Check(layout.CheckForward(cols));
-  const int rows = layout.rows();
-  const std::vector<int32_t> before = layout.positions();
-  std::vector<std::vector<int32_t>> ids(static_cast<size_t>(rows));
-  if (!ids_in.is_none()) {
-    ids = ids_in.cast<std::vector<std::vector<int32_t>>>();
-    if (ids.size() != static_cast<size_t>(rows)) {
-      Refuse("ids= has " + std::to_string(ids.size()) + " groups for " +
-             std::to_string(rows) + " rows");
+// One forward of trace tokens (what kvspec.adapters.reference runs), in
+// the steps of the trace runner: the ids, the contents, the forward, then
+// what every real query saw, read back from the stored bytes.
+class TokenForward {
+ public:
+  TokenForward(Layout& layout, TraceContents& contents, ForwardColumns cols)
+      : layout_(layout), contents_(contents), cols_(std::move(cols)),
+        before_(layout.positions()), n_(layout.size()) {}
+
+  // Each row's ids: as given (one group per row, one id per real token) or
+  // the positions.
+  void SetIds(const py::object& ids_in) {
+    const int rows = layout_.rows();
+    ids_.assign(static_cast<size_t>(rows), {});
+    if (!ids_in.is_none()) {
+      ids_ = ids_in.cast<std::vector<std::vector<int32_t>>>();
+      if (ids_.size() != static_cast<size_t>(rows)) {
+        Refuse("ids= has " + std::to_string(ids_.size()) + " groups for " +
+               std::to_string(rows) + " rows");
+      }
+    }
+    for (size_t r = 0; r < static_cast<size_t>(rows); ++r) {
+      const int32_t real = cols_.Real(r);
+      if (ids_in.is_none()) {
+        for (int32_t j = 0; j < real; ++j) ids_[r].push_back(before_[r] + j);
+      } else if (ids_[r].size() != static_cast<size_t>(real)) {
+        Refuse("ids= gives row " + std::to_string(r) + " " + std::to_string(ids_[r].size()) +
+               " ids for " + std::to_string(real) + " real tokens");
+      }
     }
   }
-  for (int r = 0; r < rows; ++r) {
-    const size_t ur = static_cast<size_t>(r);
-    const int32_t real = cols.Real(ur);
-    if (ids_in.is_none()) {
-      for (int32_t j = 0; j < real; ++j) ids[ur].push_back(before[ur] + j);
-    } else if (ids[ur].size() != static_cast<size_t>(real)) {
-      Refuse("ids= gives row " + std::to_string(r) + " " + std::to_string(ids[ur].size()) +
-             " ids for " + std::to_string(real) + " real tokens");
+
+  void Run() {
+    q_.resize(n_), k_.resize(n_), v_.resize(n_), o_.resize(n_);
+    x_.resize(n_), gate_.resize(n_), beta_.resize(n_);
+    io_.resize(n_);
+    for (size_t l = 0; l < n_; ++l) {
+      if (layout_.config(l).kind == CacheKind::kSsm) {
+        FillRecurrent(l);
+      } else {
+        FillAttention(l);
+      }
+    }
+    Check(layout_.Forward(cols_, io_));
+    for (size_t l = 0; l < n_; ++l) {
+      if (layout_.config(l).kind != CacheKind::kSsm) Remember(l);
     }
   }
-  const size_t L = static_cast<size_t>(cols.columns);
-  const size_t nl = layout.size();
-  std::vector<std::vector<float>> q(nl), k(nl), v(nl), o(nl), x(nl), gate(nl), beta(nl);
-  std::vector<AttentionIO> io(nl);
-  const float pad = trace::ContentIndex::PadValue();
-  for (size_t l = 0; l < nl; ++l) {
-    const LayerConfig& d = layout.config(l);
-    if (d.kind == CacheKind::kSsm) {
-      const size_t C = d.SsmChannels();
-      const size_t hv = static_cast<size_t>(d.heads);
-      x[l].assign(static_cast<size_t>(rows) * L * C, pad);
-      gate[l].assign(static_cast<size_t>(rows) * L * hv, pad);
-      beta[l].assign(gate[l].size(), pad);
-      o[l].assign(static_cast<size_t>(rows) * L * hv * static_cast<size_t>(d.dv), 0.0f);
-      for (int r = 0; r < rows; ++r) {
+
+  // (seen, outs): dicts keyed by (layer, row, pos) of what each real query
+  // saw (tuples (pos, id), or "pad"/"zero"/"junk" for admitted slots that
+  // hold no written token) and of its output values.
+  py::tuple Observed() const {
+    py::dict seen, outs;
+    for (size_t l = 0; l < n_; ++l) {
+      const LayerConfig& d = layout_.config(l);
+      const AttentionCache* cache = layout_.attention(l);
+      const Mask* mask = cache ? layout_.LastMask(l) : nullptr;
+      const KvView view = cache ? cache->View() : KvView();
+      const size_t per = static_cast<size_t>(d.heads) *
+                         static_cast<size_t>(cache ? d.dim : d.dv);
+      for (int r = 0; r < layout_.rows(); ++r) {
         const size_t ur = static_cast<size_t>(r);
-        for (int32_t j = 0; j < cols.Real(ur); ++j) {
-          const size_t c = ur * L + static_cast<size_t>(cols.left[ur] + j);
-          trace::ContentIndex::RecurrentToken(static_cast<int>(l), ids[ur][static_cast<size_t>(j)],
-                                              before[ur] + j, C, hv, &x[l][c * C],
-                                              &gate[l][c * hv], &beta[l][c * hv]);
-        }
-      }
-      SsmIO ssm;
-      ssm.conv_weights = contents.Weights(l, d).data();
-      ssm.x = x[l].data();
-      ssm.gate = gate[l].data();
-      ssm.beta = beta[l].data();
-      ssm.y = o[l].data();
-      io[l] = AttentionIO(ssm);
-      continue;
-    }
-    // As the trace runner: a token draws q, k, v of heads * dim each.
-    const size_t hd = static_cast<size_t>(d.heads) * static_cast<size_t>(d.dim);
-    const size_t n = static_cast<size_t>(rows) * L * hd;
-    q[l].assign(n, pad);
-    k[l].assign(n, pad);
-    v[l].assign(n, pad);
-    o[l].assign(n, 0.0f);
-    for (int r = 0; r < rows; ++r) {
-      const size_t ur = static_cast<size_t>(r);
-      for (int32_t j = 0; j < cols.Real(ur); ++j) {
-        const size_t at = (ur * L + static_cast<size_t>(cols.left[ur] + j)) * hd;
-        trace::ContentIndex::AttentionToken(static_cast<int>(l), ids[ur][static_cast<size_t>(j)],
-                                            before[ur] + j, d.heads, d.dim, &q[l][at], &k[l][at],
-                                            &v[l][at]);
-      }
-    }
-    io[l] = AttentionIO{q[l].data(), k[l].data(), v[l].data(), o[l].data()};
-  }
-  Check(layout.Forward(cols, io));
-  for (size_t l = 0; l < nl; ++l) {
-    const LayerConfig& d = layout.config(l);
-    if (d.kind == CacheKind::kSsm) continue;
-    const size_t hd = static_cast<size_t>(d.heads) * static_cast<size_t>(d.dim);
-    for (int r = 0; r < rows; ++r) {
-      const size_t ur = static_cast<size_t>(r);
-      for (int32_t j = 0; j < cols.Real(ur); ++j) {
-        const size_t at = (ur * L + static_cast<size_t>(cols.left[ur] + j)) * hd;
-        contents.index.Remember(static_cast<int>(l), ids[ur][static_cast<size_t>(j)],
-                                before[ur] + j, &k[l][at], &v[l][at], hd);
-      }
-    }
-  }
-  py::dict seen, outs;
-  for (size_t l = 0; l < nl; ++l) {
-    const LayerConfig& d = layout.config(l);
-    const AttentionCache* cache = layout.attention(l);
-    const Mask* mask = cache ? layout.LastMask(l) : nullptr;
-    const KvView view = cache ? cache->View() : KvView();
-    const size_t per = cache ? static_cast<size_t>(d.heads) * static_cast<size_t>(d.dim)
-                             : static_cast<size_t>(d.heads) * static_cast<size_t>(d.dv);
-    for (int r = 0; r < rows; ++r) {
-      const size_t ur = static_cast<size_t>(r);
-      for (int32_t j = 0; j < cols.Real(ur); ++j) {
-        const int32_t col = cols.left[ur] + j;
-        py::tuple key = py::make_tuple(l, r, before[ur] + j);
-        if (cache && mask) {
-          std::vector<trace::Tag> tags;
-          for (int32_t slot = 0; slot < mask->slots; ++slot) {
-            if (mask->Admits(r, col, slot)) {
-              tags.push_back(contents.index.Recover(static_cast<int>(l), view, r, slot));
+        for (int32_t j = 0; j < cols_.Real(ur); ++j) {
+          const int32_t col = cols_.left[ur] + j;
+          py::tuple key = py::make_tuple(l, r, before_[ur] + j);
+          if (cache && mask) {
+            std::vector<trace::Tag> tags;
+            for (int32_t slot = 0; slot < mask->slots; ++slot) {
+              if (mask->Admits(r, col, slot)) {
+                tags.push_back(contents_.index.Recover(static_cast<int>(l), view, r, slot));
+              }
             }
+            std::sort(tags.begin(), tags.end());
+            py::list items;
+            for (const trace::Tag& t : tags) items.append(TagObject(t));
+            seen[key] = items;
           }
-          std::sort(tags.begin(), tags.end());
-          py::list items;
-          for (const trace::Tag& t : tags) items.append(TagObject(t));
-          seen[key] = items;
+          const float* ov = &o_[l][Column(ur, col) * per];
+          outs[key] = std::vector<float>(ov, ov + per);
         }
-        const float* ov = &o[l][(ur * L + static_cast<size_t>(col)) * per];
-        outs[key] = std::vector<float>(ov, ov + per);
+      }
+    }
+    return py::make_tuple(seen, outs);
+  }
+
+ private:
+  size_t Column(size_t row, int32_t col) const {
+    return row * static_cast<size_t>(cols_.columns) + static_cast<size_t>(col);
+  }
+  size_t Slots() const {
+    return static_cast<size_t>(layout_.rows()) * static_cast<size_t>(cols_.columns);
+  }
+
+  void FillRecurrent(size_t l) {
+    const LayerConfig& d = layout_.config(l);
+    const size_t C = d.SsmChannels();
+    const size_t hv = static_cast<size_t>(d.heads);
+    const float pad = trace::ContentIndex::PadValue();
+    x_[l].assign(Slots() * C, pad);
+    gate_[l].assign(Slots() * hv, pad);
+    beta_[l].assign(gate_[l].size(), pad);
+    o_[l].assign(Slots() * hv * static_cast<size_t>(d.dv), 0.0f);
+    for (size_t r = 0; r < static_cast<size_t>(layout_.rows()); ++r) {
+      for (int32_t j = 0; j < cols_.Real(r); ++j) {
+        const size_t c = Column(r, cols_.left[r] + j);
+        trace::ContentIndex::RecurrentToken(static_cast<int>(l), ids_[r][static_cast<size_t>(j)],
+                                            before_[r] + j, C, hv, &x_[l][c * C],
+                                            &gate_[l][c * hv], &beta_[l][c * hv]);
+      }
+    }
+    SsmIO ssm;
+    ssm.conv_weights = contents_.Weights(l, d).data();
+    ssm.x = x_[l].data();
+    ssm.gate = gate_[l].data();
+    ssm.beta = beta_[l].data();
+    ssm.y = o_[l].data();
+    io_[l] = AttentionIO(ssm);
+  }
+
+  // As the trace runner: a token draws q, k, v of heads * dim each.
+  void FillAttention(size_t l) {
+    const LayerConfig& d = layout_.config(l);
+    const size_t hd = static_cast<size_t>(d.heads) * static_cast<size_t>(d.dim);
+    const float pad = trace::ContentIndex::PadValue();
+    q_[l].assign(Slots() * hd, pad);
+    k_[l].assign(Slots() * hd, pad);
+    v_[l].assign(Slots() * hd, pad);
+    o_[l].assign(Slots() * hd, 0.0f);
+    for (size_t r = 0; r < static_cast<size_t>(layout_.rows()); ++r) {
+      for (int32_t j = 0; j < cols_.Real(r); ++j) {
+        const size_t at = Column(r, cols_.left[r] + j) * hd;
+        trace::ContentIndex::AttentionToken(static_cast<int>(l), ids_[r][static_cast<size_t>(j)],
+                                            before_[r] + j, d.heads, d.dim, &q_[l][at],
+                                            &k_[l][at], &v_[l][at]);
+      }
+    }
+    io_[l] = AttentionIO{q_[l].data(), k_[l].data(), v_[l].data(), o_[l].data()};
+  }
+
+  // Every written token's tag, by its stored bytes.
+  void Remember(size_t l) {
+    const LayerConfig& d = layout_.config(l);
+    const size_t hd = static_cast<size_t>(d.heads) * static_cast<size_t>(d.dim);
+    for (size_t r = 0; r < static_cast<size_t>(layout_.rows()); ++r) {
+      for (int32_t j = 0; j < cols_.Real(r); ++j) {
+        const size_t at = Column(r, cols_.left[r] + j) * hd;
+        contents_.index.Remember(static_cast<int>(l), ids_[r][static_cast<size_t>(j)],
+                                 before_[r] + j, &k_[l][at], &v_[l][at], hd);
       }
     }
   }
-  return py::make_tuple(seen, outs);
+
+  Layout& layout_;
+  TraceContents& contents_;
+  const ForwardColumns cols_;
+  const std::vector<int32_t> before_;
+  const size_t n_;
+  std::vector<std::vector<int32_t>> ids_;
+  std::vector<std::vector<float>> q_, k_, v_, o_, x_, gate_, beta_;
+  std::vector<AttentionIO> io_;
+};
+
+py::tuple TraceForward(Layout& layout, TraceContents& contents, int32_t columns,
+                       py::object left, py::object right, py::object ids, bool decode) {
+  ForwardColumns cols = Columns(layout, columns, left, right, decode);
+  Check(layout.CheckForward(cols));
+  TokenForward forward(layout, contents, std::move(cols));
+  forward.SetIds(ids);
+  forward.Run();
+  return forward.Observed();
 }
 
 // ---------------------------------------------------------------------------
