@@ -164,7 +164,7 @@ Cost EstimateCost(const trace::Program& program, double max_bytes) {
   double bytes_per_column = 0, state_bytes = 0, record_per_token = 0, io_per_column = 0;
   double io_fixed = 0, ssm_work_per_token = 0, values_per_column = 0;
   struct Attention {
-    double window, hd;
+    double window, hd, capacity;  // capacity: columns a row may keep (rotating)
   };
   std::vector<Attention> attention;
   for (const LayerConfig& d : program.layers) {
@@ -181,7 +181,8 @@ Cost EstimateCost(const trace::Program& program, double max_bytes) {
       bytes_per_column += 8.0 * hd + 4;
       io_per_column += 16.0 * hd;
       values_per_column += hd;
-      attention.push_back({d.window > 0 ? double(d.RingCapacity()) : 1e300, hd});
+      attention.push_back({d.window > 0 ? double(d.RingCapacity()) : 1e300, hd,
+                           d.kind == CacheKind::kRotating ? double(d.RingCapacity()) : 1e300});
     }
   }
   Cost cost;
@@ -191,12 +192,14 @@ Cost EstimateCost(const trace::Program& program, double max_bytes) {
   double layouts = 1;
   double rows = program.rows;
   bool armed = false;
+  bool narrowed = false;  // a filter or extract may have left a single row
   for (const Statement& outer : program.body) {
     const bool nested =
         outer.op() == Op::kExpectError && outer.Get<trace::ExpectError>().inner;
     const Statement& st = nested ? *outer.Get<trace::ExpectError>().inner : outer;
     if (st.op() == Op::kFork || st.op() == Op::kExtract) layouts += 1;
     if (st.op() == Op::kJoin) rows = std::min(rows * 2, double(trace::kMaxRows));
+    if (st.op() == Op::kFilter || st.op() == Op::kExtract) narrowed = true;
     if (st.op() == Op::kArm) armed = true;
     if (st.op() == Op::kAccept) armed = false;
     if (st.op() != Op::kWindow && st.op() != Op::kDecode) continue;
@@ -205,13 +208,22 @@ Cost EstimateCost(const trace::Program& program, double max_bytes) {
     // Growth by 1.5x from at least 16 columns.
     const double held = (columns + 16) * 1.5;
     // What the runner's budget covers (RunOptions::max_bytes): stored
-    // columns and states of every layout.
+    // columns and states of every layout (at most), and of the current one
+    // at least (this forward's columns, in as few rows as it may have).
     const double budgeted = layouts * rows * (held * bytes_per_column + state_bytes);
-    // A forward runs only when its layout fits the budget: a row then holds
-    // at most max_bytes / (rows * bytes_per_column) columns.
-    const double fits = bytes_per_column > 0 ? max_bytes / (rows * bytes_per_column) : 1e300;
-    double work = ssm_work_per_token, visible = 0;
+    const double fewest_rows = narrowed ? 1 : program.rows;
+    double least = fewest_rows * state_bytes;
     for (const Attention& a : attention) {
+      least += fewest_rows * std::min(L, a.capacity) * (8 * a.hd + 4);
+    }
+    // The runner formats every query's values (`out` lines), printed or
+    // not: about a thousand steps each under ASan.
+    double work = ssm_work_per_token + values_per_column * 1000, visible = 0;
+    for (const Attention& a : attention) {
+      // A forward runs only when its layout fits the budget: a row then
+      // holds at most max_bytes / (rows * its bytes per column) columns of
+      // this layer.
+      const double fits = max_bytes / (rows * (8 * a.hd + 4));
       const double seen = std::min({held, a.window + L, fits});
       visible += seen;
       // Attention and the read-back of each visible slot (and its text);
@@ -226,19 +238,28 @@ Cost EstimateCost(const trace::Program& program, double max_bytes) {
                               io_fixed;
     cost.unbudgeted = std::max(cost.unbudgeted, unbudgeted);
     cost.storage = std::max(cost.storage, budgeted + unbudgeted);
-    if (budgeted > max_bytes) break;  // the runner stops here (a limit)
+    if (least > max_bytes) break;  // the runner stops here (a limit)
     cost.work += rows * L * work;
   }
   if (max_bytes >= 1e300) {
-    // Unbudgeted (fuzz_trace_parse, fuzz_targets): never below the first
-    // estimate these targets' caps were set with, every layout as large as
-    // the largest and each forward reading every column ever written.
-    double lanes = 0;
+    // Unbudgeted (fuzz_trace_parse, fuzz_targets): the estimate their caps
+    // were set with, every layout (joins double them) as large as the
+    // largest and each forward reading every column ever written.
+    double lanes = 0, all_columns = 0, all_layouts = 1;
     for (const LayerConfig& d : program.layers) {
       lanes += d.kind == CacheKind::kSsm ? double(d.heads) * d.dv * d.dk : double(d.heads) * d.dim;
     }
-    const double held = columns > 0 ? (columns + 16) * 1.5 : 0;
-    cost.work = std::max(cost.work, layouts * rows * held * held * (lanes + 8));
+    for (const Statement& outer : program.body) {
+      const bool nested =
+          outer.op() == Op::kExpectError && outer.Get<trace::ExpectError>().inner;
+      const Statement& st = nested ? *outer.Get<trace::ExpectError>().inner : outer;
+      if (st.op() == Op::kWindow) all_columns += st.Get<trace::WindowOp>().columns;
+      if (st.op() == Op::kDecode) all_columns += 1;
+      if (st.op() == Op::kFork || st.op() == Op::kExtract) all_layouts += 1;
+      if (st.op() == Op::kJoin) all_layouts *= 2;
+    }
+    const double held = all_columns > 0 ? (all_columns + 16) * 1.5 : 0;
+    cost.work = all_layouts * program.rows * held * held * (lanes + 8);
   }
   return cost;
 }

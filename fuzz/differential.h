@@ -41,9 +41,12 @@ struct Cost {
   double created = 0;
   double unbudgeted = 0;
 };
-// With `max_bytes`, the run is taken to stop (a limit) at the first forward
-// whose storage estimate exceeds it, and a forward's attention to read at
-// most the columns a layout within the budget holds.
+// With `max_bytes` (fuzz_limits), work is counted forward by forward:
+// attention and read-back of the columns a layout within the budget can
+// hold, the formatting of every query's values, the recurrence; the run is
+// taken to stop (a limit) at the first forward whose stored columns and
+// states exceed the budget. Without it, work is the coarse estimate the
+// caps of fuzz_trace_parse and fuzz_targets were set with.
 Cost EstimateCost(const trace::Program& program, double max_bytes = 1e300);
 
 // Whether a fuzz target should run `program`: false, with the reason in
