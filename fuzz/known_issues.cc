@@ -36,7 +36,10 @@ bool MayReachKnownIssue(const trace::Program& program, std::string* which) {
 //   on 64-row ssm layers exhausts memory.
 // - The read-back recovers each visible slot by hashing its bytes one at a
 //   time for each query: a kv layer heads=8 dim=128 with windows of 4096
-//   takes minutes (covered by fuzz_limits' work cap, kMaxWork).
+//   takes minutes; and it formats every query's values into `out` lines
+//   even when they are not printed: 300 decodes of 64 rows of heads=3
+//   dim=219 took 34 s (corpus/regressions/fuzz_limits/timeout-*). Both
+//   are covered by fuzz_limits' work cap (kMaxWork), not screened here.
 // - `filter`, `join` and `extract` gather a rotating layer's rows into a
 //   store of its full capacity, before any budget check: `rows 3` / `layer
 //   l0 rotating heads=64 dim=380 window=65535` / `filter 0` allocates 6 GB.
