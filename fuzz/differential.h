@@ -27,12 +27,27 @@ struct RunnerOutcome {
 };
 
 // Upper bounds of what running a parsed program can cost (estimates for the
-// fuzz targets' caps; shared by fuzz_trace_parse and fuzz_targets).
+// fuzz targets' caps; shared by fuzz_trace_parse, fuzz_targets and
+// fuzz_limits).
 struct Cost {
-  double storage = 0;  // bytes over all layouts
-  double work = 0;     // attention and read-back steps
+  // Peak bytes of every buffer the run allocates: stored columns of all
+  // layouts, both recurrent state buffers of ssm caches, round records, and
+  // a forward's inputs and outputs.
+  double storage = 0;
+  double work = 0;  // attention, recurrence and read-back steps
+  // Of storage: the recurrent states a layout allocates when it is created,
+  // and the peak of what the runner's budget (RunOptions::max_bytes) does
+  // not cover (a forward's inputs, outputs, round record and read-back).
+  double created = 0;
+  double unbudgeted = 0;
 };
-Cost EstimateCost(const trace::Program& program);
+// With `max_bytes` (fuzz_limits), work is counted forward by forward:
+// attention and read-back of the columns a layout within the budget can
+// hold, the formatting of every query's values, the recurrence; the run is
+// taken to stop (a limit) at the first forward whose stored columns and
+// states exceed the budget. Without it, work is the coarse estimate the
+// caps of fuzz_trace_parse and fuzz_targets were set with.
+Cost EstimateCost(const trace::Program& program, double max_bytes = 1e300);
 
 // Whether a fuzz target should run `program`: false, with the reason in
 // *why, when it has more than max_statements statements, may cost more than
