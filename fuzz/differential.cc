@@ -282,7 +282,7 @@ RunnerOutcome RunRunner(const trace::Program& program, size_t max_bytes, bool va
   return outcome;
 }
 
-std::string Compare(const RunnerOutcome& runner, const ModelOutcome& model) {
+std::string Compare(const RunnerOutcome& runner, const testing::ModelOutcome& model) {
   if (!runner.other.empty()) return "the runner printed an unexpected line: " + runner.other[0];
   // An undecided expectation the runner failed makes the exit status 1.
   int model_exit = model.exit_status;
@@ -349,7 +349,7 @@ std::string KernelReport(std::string_view who, std::string_view trace_text,
 }
 
 std::string DivergenceReport(std::string_view trace_text, const RunnerOutcome& runner,
-                             const ModelOutcome& model, const std::string& difference) {
+                             const testing::ModelOutcome& model, const std::string& difference) {
   std::ostringstream s;
   s << "==== kvspec differential fuzz: the runner and the model disagree\n"
     << "difference: " << difference << "\n"

@@ -69,8 +69,8 @@ RunnerOutcome RunRunner(const trace::Program& program, size_t max_bytes, bool va
 // Empty when the two agree; otherwise the first difference, one line.
 // The runner's `out` lines are ignored and the hash of its `state` lines
 // (16 hex digits) is dropped: the model prints `state LAYER rR`. Lines the
-// model leaves undecided (ModelOutcome::undecided_lines) may fail or not.
-std::string Compare(const RunnerOutcome& runner, const ModelOutcome& model);
+// model leaves undecided (testing::ModelOutcome::undecided_lines) may fail or not.
+std::string Compare(const RunnerOutcome& runner, const testing::ModelOutcome& model);
 
 // Compares a run with the Highway kernels (`fast`) and one with the scalar
 // reference kernels (`ref`) of the same program, both with values: the
@@ -92,6 +92,6 @@ std::string KernelReport(std::string_view who, std::string_view trace_text,
 // A report for standard error: the trace, the difference, both outputs and
 // the first differing output line.
 std::string DivergenceReport(std::string_view trace_text, const RunnerOutcome& runner,
-                             const ModelOutcome& model, const std::string& difference);
+                             const testing::ModelOutcome& model, const std::string& difference);
 
 }  // namespace kvspec::fuzz
