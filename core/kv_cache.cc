@@ -306,19 +306,8 @@ void ColumnStore::HashState(Hasher* hasher) const {
 }
 
 KvView ColumnStore::View() const {
-  KvView view;
-  view.k = k_.data();
-  view.v = v_.data();
-  view.head_stride = slots_ * static_cast<size_t>(dim_);
-  view.row_stride = view.head_stride * kv_heads_;
-  view.rows = rows_;
-  view.kv_heads = kv_heads_;
-  view.dim = dim_;
-  view.slot_pos = slot_pos_.data();
-  view.slot_stride = slots_;
-  view.slots = static_cast<int32_t>(slots_);
-  view.first_slot = static_cast<int32_t>(first_);
-  return view;
+  return KvView::Dense(k_.data(), v_.data(), slot_pos_.data(), rows_, kv_heads_, dim_,
+                       static_cast<int32_t>(slots_), static_cast<int32_t>(first_));
 }
 
 std::vector<int32_t> ColumnStore::LogicalSlots(int row) const {

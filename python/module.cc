@@ -569,18 +569,8 @@ py::array_t<float> AttendArrays(FloatArray q, int q_heads, FloatArray k, FloatAr
     BadArgument("slot_pos must be [rows][slots]");
   }
   if (slots > 0 && (first_slot < 0 || first_slot >= slots)) BadArgument("first_slot out of range");
-  KvView view;
-  view.k = k.data();
-  view.v = v.data();
-  view.head_stride = static_cast<size_t>(slots) * dim;
-  view.row_stride = static_cast<size_t>(heads) * view.head_stride;
-  view.rows = rows;
-  view.kv_heads = heads;
-  view.dim = dim;
-  view.slot_pos = slot_pos.data();
-  view.slot_stride = static_cast<size_t>(slots);
-  view.slots = slots;
-  view.first_slot = first_slot;
+  const KvView view =
+      KvView::Dense(k.data(), v.data(), slot_pos.data(), rows, heads, dim, slots, first_slot);
   Mask mask;
   mask.window = window;
   mask.rows = rows;
