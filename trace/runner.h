@@ -15,11 +15,14 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/kv_cache.h"
 #include "core/layout.h"
+#include "core/ssm_cache.h"
 #include "core/status.h"
+#include "kernels/mask.h"
 #include "trace/program.h"
 #include "trace/values.h"
 
@@ -38,6 +41,30 @@ struct Tag {
   // "pos", "pos:id", "pad", "zero" or "junk"
   std::string ToString() const;
 };
+
+// The word hash of `state` lines and of the content index (README, "Where
+// TRACE.md leaves room"): the fp32 values fed, as one sequence, are taken
+// two at a time as 64-bit words (the first value's bits in the low half; an
+// odd last value zero-extended); h starts at 0xCBF29CE484222325 and per
+// word becomes (h ^ w) * 0x9E3779B97F4A7C15, then h ^ (h >> 32); the hash
+// is mix(h ^ n), n the count of values. A word at a time, not a byte: the
+// read-back hashes every stored slot of every forward.
+class WordHasher {
+ public:
+  void Floats(const float* values, size_t count);
+  void Value(uint32_t bits);
+  uint64_t value() const;
+
+ private:
+  void Word(uint64_t w) { h_ = (h_ ^ w) * 0x9E3779B97F4A7C15ull; h_ ^= h_ >> 32; }
+  uint64_t h_ = 0xCBF29CE484222325ull;
+  uint64_t count_ = 0;
+  uint32_t half_ = 0;  // the pending low half when count_ is odd
+};
+
+// The word hash of row `row` of a recurrent cache: its conv state floats
+// ([K-1][C], oldest first), then its recurrent state floats ([Hv][dv][dk]).
+uint64_t StateHash(const SsmCacheBase& cache, int row);
 
 // The index that recovers tags from stored bytes (content_index.cc). The
 // static members are the token contents of trace/values.h, kept here for
@@ -65,12 +92,39 @@ class ContentIndex {
                 const float* v, size_t count);
   // What slot `slot` of row `row` holds in layer `layer`'s storage.
   Tag Recover(int layer, const KvView& view, int row, int32_t slot) const;
+  // The tags one query (row, query column) saw, sorted: those of the slots
+  // `mask` admits in `view` (one query; SlotTags reads back a forward).
+  std::vector<Tag> Seen(int layer, const KvView& view, const Mask& mask, int row,
+                        int32_t query) const;
+  size_t size() const { return tags_.size(); }
 
   Status CheckInvariants() const;
 
  private:
   static uint64_t HashKv(int layer, const float* k, const float* v, size_t count);
   std::unordered_map<uint64_t, Tag> tags_;
+};
+
+// The tags of one attention layer's slots after one forward, each slot
+// recovered once (the first time a query of its row asks), so that reading
+// back every query is linear in the bytes stored, not in queries x bytes.
+// Holds pointers into `index`, `view` and `mask`: use it before they change.
+class SlotTags {
+ public:
+  SlotTags(const ContentIndex& index, int layer, const KvView& view, const Mask& mask)
+      : index_(index), layer_(layer), view_(view), mask_(mask),
+        by_tag_(static_cast<size_t>(mask.rows)) {}
+  // The sorted tags of the slots the mask admits for (row, query).
+  std::vector<Tag> Seen(int row, int32_t query);
+
+ private:
+  const ContentIndex& index_;
+  int layer_;
+  KvView view_;
+  const Mask& mask_;
+  // Per row, once asked: (tag, slot) of every slot holding a position,
+  // sorted by tag.
+  std::vector<std::vector<std::pair<Tag, int32_t>>> by_tag_;
 };
 
 struct RunOptions {
@@ -84,6 +138,11 @@ struct RunOptions {
   // Storage budget over all layouts; a trace needing more is stopped like
   // a limit violation (exit 2).
   size_t max_bytes = size_t{4} << 30;
+  // Work budget over one trace, in operations: multiply-adds of the
+  // attention reads and recurrent steps, bytes read back, and 64 per tag a
+  // `sees` line reports (runner_budget.cc). A trace needing more stops with
+  // exit 2; the default keeps any trace to seconds on one core.
+  uint64_t max_work = uint64_t{40} << 30;
 };
 
 // Runs one parsed program. Normal output (sees/out/state lines, or the

@@ -73,7 +73,7 @@ void Runner::PrintStates() {
     for (int r = 0; r < layout.rows(); ++r) {
       char hash[17];
       std::snprintf(hash, sizeof(hash), "%016llx",
-                    static_cast<unsigned long long>(ssm->RowStateHash(r)));
+                    static_cast<unsigned long long>(StateHash(*ssm, r)));
       Print("state " + p_.layers[l].name + " r" + std::to_string(r) + " " + hash);
     }
   }

@@ -2,6 +2,7 @@
 // with the contents of trace/values.h; then every query's visible set is
 // recovered from the bytes stored in the slots its mask admits.
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -188,6 +189,9 @@ LastForward Runner::ReadBack(const ForwardColumns& cols, const std::vector<int32
     const AttentionCache* cache = layout.attention(l);
     const Mask* mask = cache ? layout.LastMask(l) : nullptr;
     const KvView view = cache ? cache->View() : KvView();
+    // Each slot's tag is recovered once per forward, not once per query.
+    std::unique_ptr<SlotTags> tags;
+    if (cache) tags = std::make_unique<SlotTags>(index_, static_cast<int>(l), view, *mask);
     // Values per query (attention: all heads' o) or token (recurrent: y).
     const size_t per = cache ? static_cast<size_t>(d.heads) * d.dim
                              : static_cast<size_t>(d.heads) * d.dv;
@@ -199,13 +203,7 @@ LastForward Runner::ReadBack(const ForwardColumns& cols, const std::vector<int32
                                  std::to_string(pos) + ":";
         const QueryKey key{static_cast<int>(l), r, pos};
         if (cache) {
-          std::vector<Tag> seen;
-          for (int32_t slot = 0; slot < mask->slots; ++slot) {
-            if (mask->Admits(r, col, slot)) {
-              seen.push_back(index_.Recover(static_cast<int>(l), view, r, slot));
-            }
-          }
-          std::sort(seen.begin(), seen.end());
+          std::vector<Tag> seen = tags->Seen(r, col);
           lines->sees.push_back("sees " + head + JoinTags(seen));
           last.sees[key] = std::move(seen);
         }
