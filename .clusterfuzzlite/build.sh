@@ -16,7 +16,7 @@
 #   $OUT/T                  the libFuzzer binary
 #   $OUT/T_seed_corpus.zip  corpus/T/ and corpus/regressions/T/
 #   $OUT/T.dict             fuzz/T.dict
-#   $OUT/T.options          [libfuzzer] max_len from fuzz/targets.txt
+#   $OUT/T.options          [libfuzzer] max_len, timeout, rss_limit_mb from fuzz/targets.txt
 #
 # Local test (clang-14 and libFuzzer from Debian), from the checkout:
 #   mkdir -p /tmp/cfl-src && ln -sfn "$PWD" /tmp/cfl-src/kvspec
@@ -43,7 +43,7 @@ cmake -S "$KVSPEC" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DKVSPEC_BUILD_TESTS=OFF -DKVSPEC_BUILD_BENCH=OFF >/dev/null
 cmake --build "$BUILD" -j "$(nproc)" --target all_fuzzers
 
-while read -r target max_len; do
+while read -r target max_len timeout rss_limit_mb _; do
   [[ -z "$target" || "$target" == \#* ]] && continue
   echo "build.sh: packaging $target"
   cp "$BUILD/$target" "$OUT/$target"
@@ -67,7 +67,8 @@ while read -r target max_len; do
   if [[ -f "$KVSPEC/fuzz/$target.dict" ]]; then
     cp "$KVSPEC/fuzz/$target.dict" "$OUT/$target.dict"
   fi
-  printf '[libfuzzer]\nmax_len = %d\n' "$max_len" >"$OUT/$target.options"
+  printf '[libfuzzer]\nmax_len = %d\ntimeout = %d\nrss_limit_mb = %d\n' \
+    "$max_len" "${timeout:-30}" "${rss_limit_mb:-2048}" >"$OUT/$target.options"
   built+=("$target")
 done <"$KVSPEC/fuzz/targets.txt"
 echo "build.sh: built ${built[*]} into $OUT"

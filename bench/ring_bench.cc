@@ -77,14 +77,12 @@ void BM_RingWrite(benchmark::State& state) {
 }  // namespace
 }  // namespace kvspec
 
-int main(int argc, char** argv) {
+// Called by bench/main.cc.
+namespace kvspec::bench {
+void RegisterBenchmarks() {
   for (const int64_t columns : {1, 16, 128}) {
     benchmark::RegisterBenchmark("BM_RingMemcpy", kvspec::BM_RingMemcpy)->Arg(columns);
     benchmark::RegisterBenchmark("BM_RingWrite", kvspec::BM_RingWrite)->Arg(columns);
   }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
 }
+}  // namespace kvspec::bench

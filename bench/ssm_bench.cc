@@ -571,11 +571,7 @@ void RegisterAll() {
 }  // namespace
 }  // namespace kvspec
 
-int main(int argc, char** argv) {
-  kvspec::RegisterAll();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+// Called by bench/main.cc.
+namespace kvspec::bench {
+void RegisterBenchmarks() { kvspec::RegisterAll(); }
+}  // namespace kvspec::bench

@@ -3,11 +3,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "kernels/attention.h"
+#include "trace/json.h"
 #include "trace/runner.h"
 
 namespace {
@@ -27,7 +30,7 @@ const char kUsage[] =
     "2 a syntax error, a limit exceeded, or bad usage.\n";
 
 const char kTraceUsage[] =
-    "usage: kvspec trace [--values] [--emit] [--reference] [--save-reloads DIR]\n"
+    "usage: kvspec trace [--values] [--emit [--json]] [--reference] [--save-reloads DIR]\n"
     "                    [--max-memory MIB] [--max-work MOPS] FILE...\n"
     "\n"
     "Runs each trace file (`-` reads standard input) as written in the trace\n"
@@ -43,6 +46,9 @@ const char kTraceUsage[] =
     "  --emit            print the trace back instead, with `expect sees` and\n"
     "                    `expect positions` lines (and `expect out` lines\n"
     "                    with --values) filled in from the run\n"
+    "  --json            with --emit: print the emitted trace as parsed by\n"
+    "                    kvspec's parser, as JSON (trace/json.h; the form\n"
+    "                    corpus/emitted/ ships for pure-Python runners)\n"
     "  --reference       run the scalar reference kernels instead of the\n"
     "                    Highway ones (outputs within the stated tolerance)\n"
     "  --save-reloads DIR  write the bytes of every `reload` to\n"
@@ -64,9 +70,42 @@ const char kTraceUsage[] =
     "exit status: 0 all expectations met, 1 a refused operation or a failed\n"
     "expectation, 2 a syntax error or a limit; over several files the largest.\n";
 
+// --emit --json: emits FILE into a string, parses that with the library's
+// parser and prints the program as JSON. Nothing is printed unless the run
+// and the parse both succeed.
+int EmitJson(const std::string& file, const kvspec::trace::RunOptions& options) {
+  std::ostringstream original;
+  if (file == "-") {
+    original << std::cin.rdbuf();
+  } else {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) {
+      std::cerr << file << ":1:1: cannot open file\n";
+      return 2;
+    }
+    original << in.rdbuf();
+  }
+  std::ostringstream emitted;
+  const int s = kvspec::trace::RunTraceText(original.str(), file == "-" ? "<stdin>" : file,
+                                            options, emitted, std::cerr);
+  if (s != 0) return s;
+  kvspec::trace::Program program;
+  kvspec::trace::SyntaxError error;
+  if (!kvspec::trace::ParseTrace(emitted.str(), file, &program, &error)) {
+    std::cerr << error.ToString() << " (in the emitted trace)\n";
+    return 2;
+  }
+  const std::vector<int> source_lines =
+      kvspec::trace::SourceLines(original.str(), emitted.str());
+  std::cout << kvspec::trace::ProgramToJson(program, &source_lines);
+  std::cout.flush();
+  return 0;
+}
+
 int Trace(int argc, char** argv) {
   kvspec::trace::RunOptions options;
   std::vector<std::string> files;
+  bool json = false;
   for (int i = 0; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -76,6 +115,8 @@ int Trace(int argc, char** argv) {
       options.values = true;
     } else if (arg == "--emit") {
       options.emit = true;
+    } else if (arg == "--json") {
+      json = true;
     } else if (arg == "--save-reloads") {
       if (i + 1 >= argc) {
         std::fputs("kvspec trace: --save-reloads needs a folder\n", stderr);
@@ -117,8 +158,17 @@ int Trace(int argc, char** argv) {
     std::fputs("kvspec trace: no trace files given (see kvspec trace --help)\n", stderr);
     return 2;
   }
+  if (json && !options.emit) {
+    std::fputs("kvspec trace: --json needs --emit\n", stderr);
+    return 2;
+  }
   int status = 0;
   for (const std::string& file : files) {
+    if (json) {
+      const int s = EmitJson(file, options);
+      if (s > status) status = s;
+      continue;
+    }
     const int s = kvspec::trace::RunTraceFile(file, options, std::cout, std::cerr);
     std::cout.flush();
     if (s > status) status = s;

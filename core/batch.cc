@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/invariants.h"
 #include "core/kv_cache.h"
 #include "core/ssm_cache.h"
 
@@ -73,73 +74,81 @@ Status Gather(CacheKind cache_kind, bool batched, const std::vector<Source>& row
 
 Status FilterRows(const Cache& cache, const std::vector<int32_t>& rows,
                   std::unique_ptr<Cache>* out) {
-  CacheKind cache_kind;
-  KVSPEC_RETURN_IF_ERROR(KindOf(cache, &cache_kind));
-  KVSPEC_RETURN_IF_ERROR(NotArmed(cache));
-  if (rows.empty()) return Status::Error("filter needs at least one row");
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i] < 0 || rows[i] >= cache.rows()) {
-      return Status::Error("filter: no row " + std::to_string(rows[i]) + " (the batch has " +
-                           std::to_string(cache.rows()) + ")");
+  return RefuseOnAllocationFailure("FilterRows", [&]() -> Status {
+    CacheKind cache_kind;
+    KVSPEC_RETURN_IF_ERROR(KindOf(cache, &cache_kind));
+    KVSPEC_RETURN_IF_ERROR(NotArmed(cache));
+    if (rows.empty()) return Status::Error("filter needs at least one row");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i] < 0 || rows[i] >= cache.rows()) {
+        return Status::Error("filter: no row " + std::to_string(rows[i]) + " (the batch has " +
+                             std::to_string(cache.rows()) + ")");
+      }
+      if (i > 0 && rows[i] <= rows[i - 1]) {
+        return Status::Error("filter: rows must be strictly ascending");
+      }
     }
-    if (i > 0 && rows[i] <= rows[i - 1]) {
-      return Status::Error("filter: rows must be strictly ascending");
-    }
-  }
-  std::vector<Source> src;
-  for (int32_t r : rows) src.push_back({&cache, r});
-  return Gather(cache_kind, IsBatchedCache(cache.kind()), src, cache.columns(), out);
+    std::vector<Source> src;
+    for (int32_t r : rows) src.push_back({&cache, r});
+    return Gather(cache_kind, IsBatchedCache(cache.kind()), src, cache.columns(), out);
+  });
 }
 
 Status JoinRows(const Cache& a, const Cache& b, std::unique_ptr<Cache>* out) {
-  return MergeRows({&a, &b}, out);
+  return RefuseOnAllocationFailure("JoinRows", [&]() -> Status {
+    return MergeRows({&a, &b}, out);
+  });
 }
 
 Status ExtractRow(const Cache& cache, int32_t row, std::unique_ptr<Cache>* out) {
-  CacheKind cache_kind;
-  KVSPEC_RETURN_IF_ERROR(KindOf(cache, &cache_kind));
-  KVSPEC_RETURN_IF_ERROR(NotArmed(cache));
-  if (row < 0 || row >= cache.rows()) {
-    return Status::Error("extract: no row " + std::to_string(row) + " (the batch has " +
-                         std::to_string(cache.rows()) + ")");
-  }
-  if (cache_kind == CacheKind::kSsm) {
-    const int64_t count = cache.positions()[row];
-    return Gather(cache_kind, false, {{&cache, row}}, count, out);
-  }
-  const auto& store = static_cast<const ColumnStore&>(cache);
-  std::unique_ptr<ColumnStore> c = NewColumnStore(false, 1, store.kvHeads(), store.headDim(),
-                                                  store.window(), store.ringCapacity());
-  c->GatherRealTokens(store, row);
-  *out = std::move(c);
-  return Status::Ok();
+  return RefuseOnAllocationFailure("ExtractRow", [&]() -> Status {
+    CacheKind cache_kind;
+    KVSPEC_RETURN_IF_ERROR(KindOf(cache, &cache_kind));
+    KVSPEC_RETURN_IF_ERROR(NotArmed(cache));
+    if (row < 0 || row >= cache.rows()) {
+      return Status::Error("extract: no row " + std::to_string(row) + " (the batch has " +
+                           std::to_string(cache.rows()) + ")");
+    }
+    if (cache_kind == CacheKind::kSsm) {
+      const int64_t count = cache.positions()[row];
+      return Gather(cache_kind, false, {{&cache, row}}, count, out);
+    }
+    const auto& store = static_cast<const ColumnStore&>(cache);
+    std::unique_ptr<ColumnStore> c = NewColumnStore(false, 1, store.kvHeads(), store.headDim(),
+                                                    store.window(), store.ringCapacity());
+    c->GatherRealTokens(store, row);
+    *out = std::move(c);
+    return Status::Ok();
+  });
 }
 
 Status MergeRows(const std::vector<const Cache*>& caches, std::unique_ptr<Cache>* out) {
-  if (caches.empty()) return Status::Error("merge needs at least one cache");
-  CacheKind cache_kind;
-  KVSPEC_RETURN_IF_ERROR(KindOf(*caches[0], &cache_kind));
-  std::vector<Source> src;
-  int64_t columns = 0;
-  for (const Cache* c : caches) {
-    CacheKind other;
-    KVSPEC_RETURN_IF_ERROR(KindOf(*c, &other));
-    KVSPEC_RETURN_IF_ERROR(NotArmed(*c));
-    if (other != cache_kind) {
-      return Status::Error("cannot join a " + c->kind() + " cache with a " +
-                           caches[0]->kind() + " cache");
+  return RefuseOnAllocationFailure("MergeRows", [&]() -> Status {
+    if (caches.empty()) return Status::Error("merge needs at least one cache");
+    CacheKind cache_kind;
+    KVSPEC_RETURN_IF_ERROR(KindOf(*caches[0], &cache_kind));
+    std::vector<Source> src;
+    int64_t columns = 0;
+    for (const Cache* c : caches) {
+      CacheKind other;
+      KVSPEC_RETURN_IF_ERROR(KindOf(*c, &other));
+      KVSPEC_RETURN_IF_ERROR(NotArmed(*c));
+      if (other != cache_kind) {
+        return Status::Error("cannot join a " + c->kind() + " cache with a " +
+                             caches[0]->kind() + " cache");
+      }
+      const bool same =
+          cache_kind == CacheKind::kSsm
+              ? static_cast<const SsmCacheBase*>(c)->SameShape(
+                    *static_cast<const SsmCacheBase*>(caches[0]))
+              : static_cast<const ColumnStore*>(c)->SameShape(
+                    *static_cast<const ColumnStore*>(caches[0]));
+      if (!same) return Status::Error("cannot join caches of different shapes");
+      for (int r = 0; r < c->rows(); ++r) src.push_back({c, r});
+      columns = std::max(columns, c->columns());
     }
-    const bool same =
-        cache_kind == CacheKind::kSsm
-            ? static_cast<const SsmCacheBase*>(c)->SameShape(
-                  *static_cast<const SsmCacheBase*>(caches[0]))
-            : static_cast<const ColumnStore*>(c)->SameShape(
-                  *static_cast<const ColumnStore*>(caches[0]));
-    if (!same) return Status::Error("cannot join caches of different shapes");
-    for (int r = 0; r < c->rows(); ++r) src.push_back({c, r});
-    columns = std::max(columns, c->columns());
-  }
-  return Gather(cache_kind, true, src, columns, out);
+    return Gather(cache_kind, true, src, columns, out);
+  });
 }
 
 }  // namespace kvspec

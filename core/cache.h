@@ -29,6 +29,11 @@ bool IsRecurrentCache(std::string_view kind);    // ssm, batched_ssm
 bool IsAttentionCache(std::string_view kind);    // plain kv or rotating
 bool IsBatchedCache(std::string_view kind);      // batched_*
 
+// The largest position and column count (they are int32 in masks, slot
+// positions and the persistence format): a forward that would go past it is
+// refused, and the codec refuses states beyond it.
+inline constexpr int64_t kMaxPosition = 2147483647;  // 2^31 - 1
+
 // ---------------------------------------------------------------------------
 // One forward's columns: L per row, with per-row padding.
 struct ForwardColumns {

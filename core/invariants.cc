@@ -28,6 +28,12 @@ void InvariantBroken(const char* operation, const std::string& message, const ch
   std::abort();
 }
 
+void Fatal(const char* operation, const std::string& message) {
+  std::fprintf(stderr, "kvspec: fatal in %s: %s\n", operation, message.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
 namespace {
 
 Status Broken(const char* type, int invariant, const std::string& what) {
@@ -342,6 +348,27 @@ Status Layout::CheckRoundState() const {
     }
   }
   return Status::Ok();
+}
+
+Status Layout::CheckBeforeChange(const char* operation) const {
+  // Invariants 1, 3, the sizes of 5, and 6-7: O(rows x layers), unlike the
+  // caches' own invariants (linear in their storage).
+  Status s;
+  if (rows_ < 1 || layers_.empty() || configs_.size() != layers_.size()) {
+    s = Broken(kLayoutType, 1, "a layout without rows, layers or one config per layer");
+  } else if (masks_.size() != mask_capacity_.size() || mask_of_layer_.size() != layers_.size()) {
+    s = Broken(kLayoutType, 5, "mask bookkeeping of the wrong size");
+  }
+  const std::vector<int32_t> first = s.ok() ? layers_[0]->positions() : std::vector<int32_t>{};
+  for (size_t i = 0; s.ok() && i < layers_.size(); ++i) {
+    const Cache& c = *layers_[i];
+    if (c.rows() != rows_ || c.columns() != layers_[0]->columns() || c.positions() != first) {
+      s = Broken(kLayoutType, 3, LayerText(i) + " is out of step with layer 0");
+    }
+  }
+  if (s.ok()) s = CheckRoundState();
+  if (s.ok()) return s;
+  return Status::Error(std::string(operation) + " refused: " + s.message());
 }
 
 Status Layout::CheckInvariants() const {

@@ -8,6 +8,8 @@
 // that fails them is a bug in core/, not a user error.
 #pragma once
 
+#include <new>
+#include <stdexcept>
 #include <string>
 
 #include "core/status.h"
@@ -24,6 +26,38 @@ namespace kvspec {
 // stderr and aborts.
 [[noreturn]] void InvariantBroken(const char* operation, const std::string& message,
                                   const char* file, int line);
+
+// Prints "kvspec: fatal in OPERATION: MESSAGE" to stderr and aborts: what
+// the few documented fatal failures (an allocation failure where a refusal
+// could not leave the state unchanged) do instead of throwing.
+[[noreturn]] void Fatal(const char* operation, const std::string& message);
+
+// Runs f (returning a Status); an allocation failure inside it becomes a
+// refusal naming `operation`. Only for operations that allocate everything
+// before they change anything, so that the refusal leaves the state unchanged.
+template <class F>
+Status RefuseOnAllocationFailure(const char* operation, F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return Status::Error(std::string(operation) + " refused: out of memory");
+  } catch (const std::length_error&) {
+    return Status::Error(std::string(operation) + " refused: larger than the largest allocation");
+  }
+}
+
+// Runs f (returning a Status); an allocation failure inside it is fatal
+// (Fatal): for operations that change the state while they allocate.
+template <class F>
+Status FatalOnAllocationFailure(const char* operation, F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    Fatal(operation, "out of memory while changing the state");
+  } catch (const std::length_error&) {
+    Fatal(operation, "an allocation larger than the largest one while changing the state");
+  }
+}
 
 // Checks object.CheckInvariants() and aborts when it fails (in every build;
 // KVSPEC_ASSERT_INVARIANTS is the call that compiles away).

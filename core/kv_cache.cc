@@ -6,12 +6,19 @@
 
 namespace kvspec {
 
-Status CheckForwardColumns(const ForwardColumns& cols,
-                           const std::vector<int32_t>& next) {
+Status CheckForwardColumns(const ForwardColumns& cols, const std::vector<int32_t>& next,
+                           int64_t columns) {
   const size_t rows = next.size();
   if (cols.columns < 1) {
     return Status::Error("a forward needs at least one column, got " +
                          std::to_string(cols.columns));
+  }
+  // Positions and column counts are int32 everywhere (masks, slot positions,
+  // the format): a forward that would take them past 2^31-1 is refused.
+  if (columns + cols.columns > kMaxPosition) {
+    return Status::Error("a forward of " + std::to_string(cols.columns) + " columns after " +
+                         std::to_string(columns) + " would pass the largest position " +
+                         std::to_string(kMaxPosition));
   }
   if (cols.left.size() != rows || cols.right.size() != rows) {
     return Status::Error("padding lists have " + std::to_string(cols.left.size()) +
@@ -25,6 +32,11 @@ Status CheckForwardColumns(const ForwardColumns& cols,
                            std::to_string(cols.left[r]) + " + right " +
                            std::to_string(cols.right[r]) + " exceeds " +
                            std::to_string(cols.columns) + " columns");
+    }
+    if (static_cast<int64_t>(next[r]) + cols.Real(r) > kMaxPosition) {
+      return Status::Error("row " + std::to_string(r) + " at position " +
+                           std::to_string(next[r]) + " would pass the largest position " +
+                           std::to_string(kMaxPosition));
     }
     if (cols.left[r] > 0 && next[r] > 0) {
       return Status::Error("row " + std::to_string(r) + " holds " +
@@ -108,11 +120,25 @@ void ColumnStore::CopyColumn(int row, size_t from_slot, size_t to_slot) {
   slot_pos_[row * slots_ + to_slot] = slot_pos_[row * slots_ + from_slot];
 }
 
-void ColumnStore::Relayout(size_t slots, int64_t keep) {
+void ColumnStore::ReserveAppend(const ForwardColumns& cols, AppendSpace* space) const {
+  space->slots = SlotsAfterAppend(cols.columns);
+  space->relayout = space->slots != slots_;
+  if (space->relayout) {
+    const size_t floats =
+        static_cast<size_t>(rows_) * kv_heads_ * space->slots * static_cast<size_t>(dim_);
+    space->k.assign(floats, 0.0f);
+    space->v.assign(floats, 0.0f);
+    space->pos.assign(static_cast<size_t>(rows_) * space->slots, -1);
+  }
+  space->last_write.assign(static_cast<size_t>(rows_), 0);
+}
+
+void ColumnStore::Relayout(AppendSpace* space, int64_t keep) {
   const size_t dim = static_cast<size_t>(dim_);
-  std::vector<float> k(static_cast<size_t>(rows_) * kv_heads_ * slots * dim);
-  std::vector<float> v(k.size());
-  std::vector<int32_t> pos(static_cast<size_t>(rows_) * slots, -1);
+  const size_t slots = space->slots;
+  std::vector<float>& k = space->k;
+  std::vector<float>& v = space->v;
+  std::vector<int32_t>& pos = space->pos;
   for (int r = 0; r < rows_; ++r) {
     for (int64_t c = 0; c < keep; ++c) {
       const size_t from = Slot(held_ - keep + c);
@@ -135,14 +161,17 @@ void ColumnStore::Relayout(size_t slots, int64_t keep) {
 }
 
 Status ColumnStore::CheckAppend(const ForwardColumns& cols) const {
-  return CheckForwardColumns(cols, next_);
+  return CheckForwardColumns(cols, next_, columns_);
 }
 
-Status ColumnStore::Append(const ForwardColumns& cols, const float* k, const float* v) {
+Status ColumnStore::AppendReserved(const ForwardColumns& cols, const float* k, const float* v,
+                                   AppendSpace* space) {
   KVSPEC_RETURN_IF_ERROR(CheckAppend(cols));
-  const int64_t keep = ColumnsToKeep();
-  const size_t target = SlotsAfterAppend(cols.columns);
-  if (target != slots_) Relayout(target, keep);
+  if (space->slots != SlotsAfterAppend(cols.columns) ||
+      space->last_write.size() != static_cast<size_t>(rows_)) {
+    return Status::Error("internal: append space reserved for other columns");
+  }
+  if (space->relayout) Relayout(space, ColumnsToKeep());
   // In place: overwriting the oldest held columns never reaches the `keep`
   // newest ones, because keep + L <= S.
   const size_t dim = static_cast<size_t>(dim_);
@@ -172,7 +201,7 @@ Status ColumnStore::Append(const ForwardColumns& cols, const float* k, const flo
       held_pads_[r] += !real;
     }
   }
-  last_write_real_.assign(static_cast<size_t>(rows_), 0);
+  last_write_real_.swap(space->last_write);
   for (int r = 0; r < rows_; ++r) {
     next_[r] += cols.Real(r);
     last_write_real_[r] = cols.Real(r);
@@ -306,19 +335,8 @@ void ColumnStore::HashState(Hasher* hasher) const {
 }
 
 KvView ColumnStore::View() const {
-  KvView view;
-  view.k = k_.data();
-  view.v = v_.data();
-  view.head_stride = slots_ * static_cast<size_t>(dim_);
-  view.row_stride = view.head_stride * kv_heads_;
-  view.rows = rows_;
-  view.kv_heads = kv_heads_;
-  view.dim = dim_;
-  view.slot_pos = slot_pos_.data();
-  view.slot_stride = slots_;
-  view.slots = static_cast<int32_t>(slots_);
-  view.first_slot = static_cast<int32_t>(first_);
-  return view;
+  return KvView::Dense(k_.data(), v_.data(), slot_pos_.data(), rows_, kv_heads_, dim_,
+                       static_cast<int32_t>(slots_), static_cast<int32_t>(first_));
 }
 
 std::vector<int32_t> ColumnStore::LogicalSlots(int row) const {

@@ -17,6 +17,17 @@
 
 namespace kvspec {
 
+// The storage one append needs, allocated aside before anything changes
+// (ColumnStore::ReserveAppend), so that a layout can reserve every layer's
+// growth first and then write all of them without allocating.
+struct AppendSpace {
+  size_t slots = 0;                // the buffer's slots after the append
+  bool relayout = false;           // k, v and pos are the new buffer
+  std::vector<float> k, v;         // [rows][kv_heads][slots][dim]
+  std::vector<int32_t> pos;        // [rows][slots]
+  std::vector<int32_t> last_write; // [rows]
+};
+
 // What every attention cache (plain or ring) offers a layout.
 class AttentionCache : public Cache {
  public:
@@ -31,8 +42,19 @@ class AttentionCache : public Cache {
   // Appends one forward's columns. k and v: [rows][L][kv_heads][dim],
   // pad columns included (their contents are stored but never visible).
   virtual Status CheckAppend(const ForwardColumns& cols) const = 0;
-  virtual Status Append(const ForwardColumns& cols, const float* k,
-                        const float* v) = 0;
+  // Allocates into `space` what appending the accepted `cols` needs; changes
+  // nothing (std::bad_alloc may escape: the caller refuses).
+  virtual void ReserveAppend(const ForwardColumns& cols, AppendSpace* space) const = 0;
+  // Appends with the storage reserved for these `cols`: allocates nothing.
+  virtual Status AppendReserved(const ForwardColumns& cols, const float* k, const float* v,
+                                AppendSpace* space) = 0;
+  // Reserves, then appends (all or nothing for this cache).
+  Status Append(const ForwardColumns& cols, const float* k, const float* v) {
+    KVSPEC_RETURN_IF_ERROR(CheckAppend(cols));
+    AppendSpace space;
+    ReserveAppend(cols, &space);
+    return AppendReserved(cols, k, v, &space);
+  }
   // Drops row r's last drop[r] real tokens (the rejected tips of a verify
   // window); rows may drop different counts. Valid only right after a
   // window write holding at least drop[r] real tokens in row r.
@@ -97,8 +119,9 @@ class ColumnStore : public AttentionCache {
   int headDim() const override { return dim_; }
   int32_t window() const override { return window_; }
   Status CheckAppend(const ForwardColumns& cols) const override;
-  Status Append(const ForwardColumns& cols, const float* k,
-                const float* v) override;
+  void ReserveAppend(const ForwardColumns& cols, AppendSpace* space) const override;
+  Status AppendReserved(const ForwardColumns& cols, const float* k, const float* v,
+                        AppendSpace* space) override;
   Status CheckDropTips(const std::vector<int32_t>& drop) const override;
   Status DropTips(const std::vector<int32_t>& drop) override;
   size_t BytesAfterAppend(int32_t columns) const override;
@@ -152,8 +175,9 @@ class ColumnStore : public AttentionCache {
   size_t Slot(int64_t logical) const {  // physical slot of held column `logical`
     return (first_ + static_cast<size_t>(logical)) % slots_;
   }
-  // Moves the newest `keep` held columns to slots 0.. of a buffer of `slots`.
-  void Relayout(size_t slots, int64_t keep);
+  // Moves the newest `keep` held columns to slots 0.. of the buffer reserved
+  // in `space` (of space->slots slots).
+  void Relayout(AppendSpace* space, int64_t keep);
   void CopyColumn(int row, size_t from_slot, size_t to_slot);
   // Removes row r's last drop[r] real tokens (pads after them shift left).
   void Drop(const std::vector<int32_t>& drop);
@@ -235,9 +259,10 @@ class BatchedRotatingCache final : public WithKind<BatchedRotatingCache, ColumnS
 std::unique_ptr<ColumnStore> NewColumnStore(bool batched, int rows, int kv_heads, int dim,
                                             int32_t window, int32_t ring_capacity);
 
-// Checks `cols` against a batch of rows with next positions `next`:
-// row count, left + right <= L, left padding only on an empty row.
-Status CheckForwardColumns(const ForwardColumns& cols,
-                           const std::vector<int32_t>& next);
+// Checks `cols` against a batch of rows with next positions `next` and
+// `columns` columns so far: row count, left + right <= L, left padding only
+// on an empty row, no position or column count past kMaxPosition.
+Status CheckForwardColumns(const ForwardColumns& cols, const std::vector<int32_t>& next,
+                           int64_t columns);
 
 }  // namespace kvspec

@@ -6,6 +6,16 @@
 // speculative rounds, and makes every operation all-or-nothing: a refused
 // operation returns an error and leaves every layer bit-identical.
 //
+// Hostile calls: every operation first checks the cheap invariants (a
+// refusal when they are broken, in every build) and no exception escapes.
+// Create, CopyTo, Forward, Filter, Join and Extract allocate everything
+// before they change anything, so running out of memory is a refusal that
+// leaves the state unchanged. Fatal instead (kvspec::Fatal aborts with a
+// message): running out of memory inside Trim or Accept (they allocate a
+// little scratch while they change the layers), in Copy() (it returns a
+// pointer: use CopyTo), or in the attention kernels' scratch after a
+// forward wrote the caches.
+//
 // Invariants (Layout::CheckInvariants, cheap ones first):
 //  1. At least one row and one layer; one config per layer.
 //  2. Every layer's cache holds its own invariants, has the layout's row
@@ -65,7 +75,9 @@ class Layout {
   static Status Create(int rows, std::vector<LayerConfig> layers,
                        std::unique_ptr<Layout>* out);
   // An explicit deep copy (round state and last masks' windows included).
+  // Copy() aborts (kvspec::Fatal) when memory runs out; CopyTo refuses.
   std::unique_ptr<Layout> Copy() const;
+  Status CopyTo(std::unique_ptr<Layout>* out) const;
 
   int rows() const { return rows_; }
   size_t size() const { return layers_.size(); }
@@ -132,6 +144,15 @@ class Layout {
   Status CheckLayer(size_t layer) const;       // invariants 2-4 of one layer
   Status CheckMaskOfLayer(size_t layer) const; // invariant 5 of one layer
   Status CheckRoundState() const;              // invariants 6-7
+  // The cheap invariants (1, 3, the sizes of 5, 6-7; O(rows x layers)),
+  // checked at the start of every operation in every build: a refusal
+  // naming `operation` when one is broken.
+  Status CheckBeforeChange(const char* operation) const;
+  std::unique_ptr<Layout> CopyUnchecked() const;
+  struct ForwardSpace;
+  void ReserveForward(const ForwardColumns& cols, ForwardSpace* space) const;
+  void WriteForward(const ForwardColumns& cols, const std::vector<AttentionIO>& io,
+                    ForwardSpace* space);
 
   int rows_ = 0;
   std::vector<LayerConfig> configs_;

@@ -10,6 +10,21 @@ Mask BuildMask(const ForwardColumns& cols, const std::vector<int32_t>& next,
                int32_t window, const int32_t* slot_pos, size_t slot_stride,
                int32_t slots, int32_t first_slot) {
   Mask m;
+  BuildMaskInto(&m, cols, next, window, slot_pos, slot_stride, slots, first_slot);
+  return m;
+}
+
+void ReserveMask(Mask* m, const ForwardColumns& cols, size_t rows) {
+  const size_t n = rows * static_cast<size_t>(cols.columns);
+  m->query_pos.reserve(n);
+  m->lo.reserve(n);
+  m->hi.reserve(n);
+}
+
+void BuildMaskInto(Mask* mask, const ForwardColumns& cols, const std::vector<int32_t>& next,
+                   int32_t window, const int32_t* slot_pos, size_t slot_stride, int32_t slots,
+                   int32_t first_slot) {
+  Mask& m = *mask;
   m.first_slot = first_slot;
   m.window = window;
   m.rows = static_cast<int>(next.size());
@@ -31,7 +46,6 @@ Mask BuildMask(const ForwardColumns& cols, const std::vector<int32_t>& next,
       m.lo[rq] = window == kNoWindow ? 0 : std::max(0, p - window + 1);
     }
   }
-  return m;
 }
 
 Mask BuildMask(const ForwardColumns& cols, const std::vector<int32_t>& next,

@@ -27,6 +27,13 @@ Mask BuildMask(const ForwardColumns& cols, const std::vector<int32_t>& next,
                int32_t window, const int32_t* slot_pos, size_t slot_stride,
                int32_t slots, int32_t first_slot = 0);
 
+// The same, built into *mask: allocates nothing when ReserveMask reserved
+// it for these columns (a layout reserves its masks before it writes).
+void BuildMaskInto(Mask* mask, const ForwardColumns& cols, const std::vector<int32_t>& next,
+                   int32_t window, const int32_t* slot_pos, size_t slot_stride, int32_t slots,
+                   int32_t first_slot);
+void ReserveMask(Mask* mask, const ForwardColumns& cols, size_t rows);
+
 // The mask of that forward over a cache's view.
 Mask BuildMask(const ForwardColumns& cols, const std::vector<int32_t>& next,
                int32_t window, const KvView& view);

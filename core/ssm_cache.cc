@@ -84,7 +84,7 @@ Status SsmCacheBase::CheckForward(const ForwardColumns& cols) const {
   if (armed_ && verified_) {
     return Status::Error("the round's verify forward has run: commit or roll back first");
   }
-  return CheckForwardColumns(cols, next_);
+  return CheckForwardColumns(cols, next_, columns_);
 }
 
 void SsmCacheBase::Step(const float* src, float* dst, const float* w, const float* x,
@@ -139,8 +139,28 @@ void SsmCacheBase::Replay(const float* src, float* dst, const float* rec) {
   }
 }
 
+void SsmCacheBase::ReserveForward(const ForwardColumns& cols, ForwardSpace* space) const {
+  if (!armed_) return;
+  space->round_real.assign(static_cast<size_t>(rows_), 0);
+  space->record.assign(static_cast<size_t>(rows_), {});
+  for (int r = 0; r < rows_; ++r) {
+    space->record[r].reserve(static_cast<size_t>(cols.Real(r)) * RecordFloats());
+  }
+}
+
 Status SsmCacheBase::Forward(const ForwardColumns& cols, const SsmIO& io) {
   KVSPEC_RETURN_IF_ERROR(CheckForward(cols));
+  ForwardSpace space;
+  ReserveForward(cols, &space);
+  return ForwardReserved(cols, io, &space);
+}
+
+Status SsmCacheBase::ForwardReserved(const ForwardColumns& cols, const SsmIO& io,
+                                     ForwardSpace* space) {
+  KVSPEC_RETURN_IF_ERROR(CheckForward(cols));
+  if (armed_ && space->record.size() != static_cast<size_t>(rows_)) {
+    return Status::Error("internal: forward space reserved for another round");
+  }
   const size_t L = static_cast<size_t>(cols.columns);
   const size_t C = shape_.Channels();
   const size_t gf = shape_.GateFloats();
@@ -148,8 +168,8 @@ Status SsmCacheBase::Forward(const ForwardColumns& cols, const SsmIO& io) {
   const size_t yf = hv * shape_.dv;
   const bool verify = armed_;
   if (verify) {
-    round_real_.assign(static_cast<size_t>(rows_), 0);
-    record_.assign(static_cast<size_t>(rows_), {});
+    round_real_.swap(space->round_real);
+    record_.swap(space->record);
   }
   for (int r = 0; r < rows_; ++r) {
     bool first = true;

@@ -90,6 +90,18 @@ class SsmCacheBase : public Cache {
 
   const SsmShape& shape() const { return shape_; }
   Status CheckForward(const ForwardColumns& cols) const;
+  // What a verify forward of the accepted `cols` allocates (round sizes,
+  // records), reserved aside: a layout reserves every layer's growth before
+  // it writes any. Changes nothing (std::bad_alloc may escape: the caller
+  // refuses). Empty when no round is armed.
+  struct ForwardSpace {
+    std::vector<int32_t> round_real;
+    std::vector<std::vector<float>> record;
+  };
+  void ReserveForward(const ForwardColumns& cols, ForwardSpace* space) const;
+  // The forward with the storage reserved for these `cols`: allocates nothing.
+  Status ForwardReserved(const ForwardColumns& cols, const SsmIO& io, ForwardSpace* space);
+  // Reserves, then runs the forward (all or nothing for this cache).
   Status Forward(const ForwardColumns& cols, const SsmIO& io);
 
   bool armed() const { return armed_; }

@@ -27,12 +27,27 @@ struct RunnerOutcome {
 };
 
 // Upper bounds of what running a parsed program can cost (estimates for the
-// fuzz targets' caps; shared by fuzz_trace_parse and fuzz_targets).
+// fuzz targets' caps; shared by fuzz_trace_parse, fuzz_targets and
+// fuzz_limits).
 struct Cost {
-  double storage = 0;  // bytes over all layouts
-  double work = 0;     // attention and read-back steps
+  // Peak bytes of every buffer the run allocates: stored columns of all
+  // layouts, both recurrent state buffers of ssm caches, round records, and
+  // a forward's inputs and outputs.
+  double storage = 0;
+  double work = 0;  // attention, recurrence and read-back steps
+  // Of storage: the recurrent states a layout allocates when it is created,
+  // and the peak of what the runner's budget (RunOptions::max_bytes) does
+  // not cover (a forward's inputs, outputs, round record and read-back).
+  double created = 0;
+  double unbudgeted = 0;
 };
-Cost EstimateCost(const trace::Program& program);
+// With `max_bytes` (fuzz_limits), work is counted forward by forward:
+// attention and read-back of the columns a layout within the budget can
+// hold, the formatting of every query's values, the recurrence; the run is
+// taken to stop (a limit) at the first forward whose stored columns and
+// states exceed the budget. Without it, work is the coarse estimate the
+// caps of fuzz_trace_parse and fuzz_targets were set with.
+Cost EstimateCost(const trace::Program& program, double max_bytes = 1e300);
 
 // Whether a fuzz target should run `program`: false, with the reason in
 // *why, when it has more than max_statements statements, may cost more than
@@ -54,8 +69,8 @@ RunnerOutcome RunRunner(const trace::Program& program, size_t max_bytes, bool va
 // Empty when the two agree; otherwise the first difference, one line.
 // The runner's `out` lines are ignored and the hash of its `state` lines
 // (16 hex digits) is dropped: the model prints `state LAYER rR`. Lines the
-// model leaves undecided (ModelOutcome::undecided_lines) may fail or not.
-std::string Compare(const RunnerOutcome& runner, const ModelOutcome& model);
+// model leaves undecided (testing::ModelOutcome::undecided_lines) may fail or not.
+std::string Compare(const RunnerOutcome& runner, const testing::ModelOutcome& model);
 
 // Compares a run with the Highway kernels (`fast`) and one with the scalar
 // reference kernels (`ref`) of the same program, both with values: the
@@ -77,6 +92,6 @@ std::string KernelReport(std::string_view who, std::string_view trace_text,
 // A report for standard error: the trace, the difference, both outputs and
 // the first differing output line.
 std::string DivergenceReport(std::string_view trace_text, const RunnerOutcome& runner,
-                             const ModelOutcome& model, const std::string& difference);
+                             const testing::ModelOutcome& model, const std::string& difference);
 
 }  // namespace kvspec::fuzz

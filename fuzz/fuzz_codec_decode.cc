@@ -3,12 +3,24 @@
 // refused with a message, never crash, overread or allocate more than a
 // small multiple of its size (ASan's allocation limit enforces it under
 // libFuzzer). What decodes must be canonical: encoding it again gives the
-// same bytes. A decoded layout must then be usable: a decode forward either
-// runs or is refused, and its state hash is stable under a copy.
+// same bytes. A decoded layout must then be usable: its state hash is stable
+// under a copy, and a decode forward and a trim either run (the invariants
+// hold, the forward advances every row by one) or are refused with a
+// message and leave the state hash unchanged.
+//
+// Allocation bound, measured: a counting operator new records the peak of
+// the bytes live during each DecodeLayout / DecodeCache call, and the
+// target traps when it exceeds kAllocationFactor times the input size plus
+// kAllocationSlack (the codec's stated bound, core/codec/codec.h).
+#include <algorithm>
+#include <malloc.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <new>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +30,19 @@
 
 namespace {
 
+// The codec's allocation bound (core/codec/codec.h): what one decode may
+// have live at once, against the input size.
+constexpr size_t kAllocationFactor = 8;
+constexpr size_t kAllocationSlack = size_t{1} << 16;
+
+// Live and peak bytes allocated through operator new while `counting`.
+struct AllocationCounter {
+  bool counting = false;
+  size_t live = 0;
+  size_t peak = 0;
+};
+AllocationCounter g_allocations;
+
 void Check(bool ok, const char* what) {
   if (!ok) {
     std::fprintf(stderr, "fuzz_codec_decode: %s\n", what);
@@ -25,7 +50,19 @@ void Check(bool ok, const char* what) {
   }
 }
 
-// One decode step on every layer, with zeros as contents.
+// An operation on a decoded layout either runs, leaving its invariants
+// holding, or is refused with a message and changes nothing.
+void CheckRefusalOrInvariants(const kvspec::Layout& layout, const kvspec::Status& s,
+                              uint64_t hash_before) {
+  if (s.ok()) {
+    Check(layout.CheckInvariants().ok(), "an operation broke the layout's invariants");
+    return;
+  }
+  Check(!s.message().empty(), "a refused operation without a message");
+  Check(layout.StateHash() == hash_before, "a refused operation changed the state");
+}
+
+// One decode step on every layer (its Status checked), then a trim.
 void Exercise(kvspec::Layout& layout) {
   const int rows = layout.rows();
   std::vector<std::vector<float>> buffers;
@@ -62,10 +99,66 @@ void Exercise(kvspec::Layout& layout) {
     float* out = buffers.back().data();
     io[l] = kvspec::AttentionIO(q, q, q, out);
   }
-  (void)layout.Forward(kvspec::ForwardColumns::Dense(rows, 1, /*decode=*/true), io);
+  const uint64_t before = layout.StateHash();
+  const std::vector<int32_t> positions = layout.positions();
+  const kvspec::Status s =
+      layout.Forward(kvspec::ForwardColumns::Dense(rows, 1, /*decode=*/true), io);
+  CheckRefusalOrInvariants(layout, s, before);
+  if (s.ok()) {
+    // A decode step of one column: every row one token further.
+    const std::vector<int32_t> after = layout.positions();
+    for (size_t r = 0; r < after.size(); ++r) {
+      Check(after[r] == positions[r] + 1, "a decode forward did not advance a row by one");
+    }
+  }
+  // Then a trim of that token (refused on recurrent or wrapped layers).
+  const uint64_t before_trim = layout.StateHash();
+  CheckRefusalOrInvariants(layout, layout.Trim(1, /*bypass=*/false), before_trim);
+}
+
+// Runs `decode` with the counter on; returns the peak live bytes.
+template <class F>
+size_t PeakAllocation(F decode) {
+  g_allocations = AllocationCounter{true, 0, 0};
+  decode();
+  g_allocations.counting = false;
+  return g_allocations.peak;
+}
+
+void CheckAllocation(size_t peak, size_t input_size) {
+  if (std::getenv("KVSPEC_ALLOC_REPORT")) std::fprintf(stderr, "alloc %zu %zu\n", input_size, peak);
+  if (peak > kAllocationFactor * input_size + kAllocationSlack) {
+    std::fprintf(stderr, "fuzz_codec_decode: decoding %zu bytes had %zu bytes live at once\n",
+                 input_size, peak);
+    __builtin_trap();
+  }
 }
 
 }  // namespace
+
+// Counting allocation functions. A block's size is what malloc_usable_size
+// reports, at new and at delete alike (the header-free way to know what
+// delete frees; ASan intercepts it too).
+void* operator new(size_t size) {
+  void* p = std::malloc(size == 0 ? 1 : size);
+  if (p == nullptr) throw std::bad_alloc();
+  if (g_allocations.counting) {
+    g_allocations.live += malloc_usable_size(p);
+    g_allocations.peak = std::max(g_allocations.peak, g_allocations.live);
+  }
+  return p;
+}
+void* operator new[](size_t size) { return operator new(size); }
+void operator delete(void* p) noexcept {
+  if (p == nullptr) return;
+  if (g_allocations.counting) {
+    g_allocations.live -= std::min(malloc_usable_size(p), g_allocations.live);
+  }
+  std::free(p);
+}
+void operator delete[](void* p) noexcept { operator delete(p); }
+void operator delete(void* p, size_t) noexcept { operator delete(p); }
+void operator delete[](void* p, size_t) noexcept { operator delete(p); }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
@@ -73,7 +166,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string again;
   if (data[0] & 1) {
     std::unique_ptr<kvspec::Cache> cache;
-    const kvspec::Status s = kvspec::DecodeCache(bytes, &cache);
+    kvspec::Status s;
+    CheckAllocation(PeakAllocation([&] { s = kvspec::DecodeCache(bytes, &cache); }), size);
     if (!s.ok()) {
       Check(!s.message().empty(), "a refusal without a message");
       return 0;
@@ -83,7 +177,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   std::unique_ptr<kvspec::Layout> layout;
-  const kvspec::Status s = kvspec::DecodeLayout(bytes, &layout);
+  kvspec::Status s;
+  CheckAllocation(PeakAllocation([&] { s = kvspec::DecodeLayout(bytes, &layout); }), size);
   if (!s.ok()) {
     Check(!s.message().empty(), "a refusal without a message");
     return 0;

@@ -867,7 +867,7 @@ std::string ModelAnnotatedTrace(const kvspec::trace::Program& program) {
   std::string previous;
   for (size_t k = 0; k < program.body.size(); ++k) {
     prefix.body.assign(program.body.begin(), program.body.begin() + static_cast<long>(k) + 1);
-    const kvspec::fuzz::ModelOutcome m = kvspec::fuzz::RunModel(prefix);
+    const kvspec::testing::ModelOutcome m = kvspec::testing::RunModel(prefix);
     if (!m.supported || m.out.compare(0, previous.size(), previous) != 0) break;
     for (const std::string& line : kvspec::fuzz::SplitLines(m.out.substr(previous.size()))) {
       if (line.rfind("sees ", 0) == 0) after[program.body[k].line] += "expect " + line + "\n";
@@ -917,7 +917,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   std::string issue;
   if (kvspec::fuzz::MayReachKnownIssue(program, &issue)) return 0;
-  const kvspec::fuzz::ModelOutcome model = kvspec::fuzz::RunModel(program);
+  const kvspec::testing::ModelOutcome model = kvspec::testing::RunModel(program);
   if (!model.supported) {
     std::fprintf(stderr, "generator bug: the model does not cover %s\n%s",
                  model.unsupported.c_str(), text.c_str());

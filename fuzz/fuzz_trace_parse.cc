@@ -89,7 +89,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
 
-  const kvspec::fuzz::ModelOutcome model = kvspec::fuzz::RunModel(program);
+  const kvspec::testing::ModelOutcome model = kvspec::testing::RunModel(program);
   bool has_ssm = false;
   for (const kvspec::LayerConfig& d : program.layers) {
     has_ssm = has_ssm || d.kind == kvspec::CacheKind::kSsm;

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "fuzz/differential.h"
+
 namespace kvspec::fuzz {
 
 // No known core bug is open. Fixed, with their regression inputs replayed
@@ -20,6 +22,59 @@ bool MayReachKnownIssue(const trace::Program& program, std::string* which) {
   (void)program;
   (void)which;
   (void)no_skip;
+  return false;
+}
+
+// Issue 16 ("Hostile input never crashes, hangs or exhausts the
+// reference"), found by fuzz_limits and being fixed in trace/ and core/:
+// - Layout::Create allocates every ssm cache's two state buffers before
+//   the runner checks its budget: `rows 64` / `layer s ssm heads=64 dk=512
+//   dv=512` dies with std::bad_alloc.
+// - A forward's inputs and outputs, an ssm round's record and the
+//   read-back (every query's visible tags and its `sees` / `out` lines,
+//   kept until the forward prints) are outside the budget: `window 4096`
+//   on 64-row ssm layers exhausts memory.
+// - The read-back recovers each visible slot by hashing its bytes one at a
+//   time for each query: a kv layer heads=8 dim=128 with windows of 4096
+//   takes minutes; and it formats every query's values into `out` lines
+//   even when they are not printed: 300 decodes of 64 rows of heads=3
+//   dim=219 took 34 s (corpus/regressions/fuzz_limits/timeout-*). Both
+//   are covered by fuzz_limits' work cap (kMaxWork), not screened here.
+// - `filter`, `join` and `extract` gather a rotating layer's rows into a
+//   store of its full capacity, before any budget check: `rows 3` / `layer
+//   l0 rotating heads=64 dim=380 window=65535` / `filter 0` allocates 6 GB.
+// The screen: states at creation, the unbudgeted peak (EstimateCost) or,
+// with a batch statement, a full-capacity ring store over the budget.
+bool MayOutrunRunnerBounds(const trace::Program& program, size_t max_bytes, std::string* which) {
+  static const bool no_skip = std::getenv("KVSPEC_FUZZ_NO_SKIP") != nullptr;
+  if (no_skip) return false;
+  const Cost cost = EstimateCost(program, double(max_bytes));
+  if (cost.created > double(max_bytes)) {
+    *which = "issue 16: ssm states allocated before the budget is checked";
+    return true;
+  }
+  if (cost.unbudgeted > double(max_bytes)) {
+    *which = "issue 16: forward buffers or read-back outside the budget";
+    return true;
+  }
+  double ring_bytes = 0;
+  for (const LayerConfig& d : program.layers) {
+    if (d.kind == CacheKind::kRotating) {
+      ring_bytes += trace::kMaxRows * double(d.RingCapacity()) * (8.0 * d.heads * d.dim + 4);
+    }
+  }
+  for (const trace::Statement& outer : program.body) {
+    const trace::Statement& st = outer.op() == trace::Op::kExpectError &&
+                                         outer.Get<trace::ExpectError>().inner
+                                     ? *outer.Get<trace::ExpectError>().inner
+                                     : outer;
+    const trace::Op op = st.op();
+    if ((op == trace::Op::kFilter || op == trace::Op::kJoin || op == trace::Op::kExtract) &&
+        ring_bytes > double(max_bytes)) {
+      *which = "issue 16: a batch statement allocates a ring store of its full capacity";
+      return true;
+    }
+  }
   return false;
 }
 

@@ -23,6 +23,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -422,8 +424,18 @@ namespace kvspec {
 HWY_EXPORT(AttendImpl);
 HWY_EXPORT(TargetName);
 
+// Precondition, enforced in every build: q_heads >= 1, kv_heads >= 1 and
+// q_heads a multiple of kv_heads (each KV head serves a whole group of query
+// heads). Callers validate shapes first (Layout::Create refuses such a
+// layer), so a violation is a programming error: it aborts with a message
+// rather than reading out of bounds.
 void Attend(const float* q, int q_heads, const KvView& kv, const Mask& mask,
             float* out) {
+  if (q_heads < 1 || kv.kv_heads < 1 || q_heads % kv.kv_heads != 0) {
+    std::fprintf(stderr, "kvspec::Attend: %d query heads over %d KV heads (need a multiple)\n",
+                 q_heads, kv.kv_heads);
+    std::abort();
+  }
   HWY_DYNAMIC_DISPATCH(AttendImpl)(q, q_heads, kv, mask, out);
 }
 

@@ -47,6 +47,25 @@ struct KvView {
   int32_t first_slot = 0;  // slot of the oldest held column: logical order
                            // is first_slot .. slots-1, then 0 .. first_slot-1
 
+  // A view of fp32 buffers laid out densely: k, v [rows][kv_heads][slots][dim],
+  // slot_pos [rows][slots].
+  static KvView Dense(const float* k, const float* v, const int32_t* slot_pos, int rows,
+                      int kv_heads, int dim, int32_t slots, int32_t first_slot) {
+    KvView view;
+    view.k = k;
+    view.v = v;
+    view.head_stride = static_cast<size_t>(slots) * static_cast<size_t>(dim);
+    view.row_stride = view.head_stride * static_cast<size_t>(kv_heads);
+    view.rows = rows;
+    view.kv_heads = kv_heads;
+    view.dim = dim;
+    view.slot_pos = slot_pos;
+    view.slot_stride = static_cast<size_t>(slots);
+    view.slots = slots;
+    view.first_slot = first_slot;
+    return view;
+  }
+
   const float* Key(int row, int head, int32_t slot) const {
     return k + row * row_stride + head * head_stride + static_cast<size_t>(slot) * dim;
   }

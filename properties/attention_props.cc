@@ -98,18 +98,9 @@ TEST_P(AttentionTargets, MatchesScalarReference) {
         }
       }
     }
-    KvView view;
-    view.k = k.data();
-    view.v = v.data();
-    view.head_stride = cap * dim;
-    view.row_stride = view.head_stride * kv_heads;
-    view.rows = rows;
-    view.kv_heads = kv_heads;
-    view.dim = dim;
-    view.slot_pos = pos.data();
-    view.slot_stride = cap;
+    KvView view = KvView::Dense(k.data(), v.data(), pos.data(), rows, kv_heads, dim,
+                                static_cast<int32_t>(cap), first_slot);
     view.slots = slots;
-    view.first_slot = first_slot;
     std::vector<uint16_t> k16, v16;
     if (bf16) {
       for (float x : k) k16.push_back(FloatToBf16(x));

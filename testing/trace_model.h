@@ -237,9 +237,3 @@ class TraceModel {
 ModelOutcome RunModel(const trace::Program& program);
 
 }  // namespace kvspec::testing
-
-// The fuzz targets' spelling (fuzz/ moves to kvspec::testing in its own change).
-namespace kvspec::fuzz {
-using testing::ModelOutcome;
-using testing::RunModel;
-}  // namespace kvspec::fuzz

@@ -87,6 +87,15 @@ class Reader {
     }
     return true;
   }
+  // Whether `count` elements of `element_bytes` each can still follow in
+  // the input: what a decoder checks before it allocates for them.
+  bool Holds(int64_t count, size_t element_bytes, const char* what) {
+    if (!ok()) return false;
+    if (count < 0 || static_cast<uint64_t>(count) > left() / element_bytes) {
+      return Fail(std::string(what) + " larger than the input");
+    }
+    return true;
+  }
   bool Skip(size_t n) {
     if (!ok()) return false;
     if (n > left()) return Fail("truncated");
@@ -105,6 +114,9 @@ class Reader {
     if (!Value(&n)) return false;
     if (n > max) return Fail("string of " + std::to_string(n) + " bytes (at most " +
                              std::to_string(max) + ")");
+    if (n > left()) {
+      return Fail("string of " + std::to_string(n) + " bytes, more than the input holds");
+    }
     s->resize(n);
     return n == 0 || Raw(&(*s)[0], n);
   }

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/codec/cache_codec.h"
+#include "core/invariants.h"
 
 namespace kvspec {
 
@@ -19,25 +20,27 @@ bool HasCodec(std::string_view kind) {
 }
 
 Status EncodeCache(const Cache& cache, std::string* out) {
-  const std::string kind = cache.kind();
-  if (!HasCodec(kind)) return Status::Error("no codec for cache kind '" + kind + "'");
-  const auto* store = dynamic_cast<const ColumnStore*>(&cache);
-  const auto* ssm = dynamic_cast<const SsmCacheBase*>(&cache);
-  if (IsRecurrentCache(kind) ? !ssm : !store) {
-    return Status::Error("cache of kind '" + kind + "' is not what its kind says");
-  }
-  std::string bytes;
-  Writer w(&bytes);
-  w.Raw(kCacheMagic, 4);
-  w.Value<uint32_t>(kCodecVersion);
-  w.String(kind);
-  if (ssm) {
-    CacheCodec::EncodeSsm(*ssm, w);
-  } else {
-    CacheCodec::EncodeColumns(*store, w);
-  }
-  out->swap(bytes);
-  return Status::Ok();
+  return RefuseOnAllocationFailure("EncodeCache", [&]() -> Status {
+    const std::string kind = cache.kind();
+    if (!HasCodec(kind)) return Status::Error("no codec for cache kind '" + kind + "'");
+    const auto* store = dynamic_cast<const ColumnStore*>(&cache);
+    const auto* ssm = dynamic_cast<const SsmCacheBase*>(&cache);
+    if (IsRecurrentCache(kind) ? !ssm : !store) {
+      return Status::Error("cache of kind '" + kind + "' is not what its kind says");
+    }
+    std::string bytes;
+    Writer w(&bytes);
+    w.Raw(kCacheMagic, 4);
+    w.Value<uint32_t>(kCodecVersion);
+    w.String(kind);
+    if (ssm) {
+      CacheCodec::EncodeSsm(*ssm, w);
+    } else {
+      CacheCodec::EncodeColumns(*store, w);
+    }
+    out->swap(bytes);
+    return Status::Ok();
+  });
 }
 
 Status CacheCodec::DecodeCacheFrom(Reader& r, std::unique_ptr<Cache>* out) {
@@ -59,12 +62,14 @@ Status CacheCodec::DecodeCacheFrom(Reader& r, std::unique_ptr<Cache>* out) {
 }
 
 Status DecodeCache(std::string_view bytes, std::unique_ptr<Cache>* out) {
-  Reader r(bytes);
-  std::unique_ptr<Cache> cache;
-  KVSPEC_RETURN_IF_ERROR(CacheCodec::DecodeCacheFrom(r, &cache));
-  if (r.left() != 0) return r.Fail("trailing bytes after the cache"), r.status();
-  *out = std::move(cache);
-  return Status::Ok();
+  return RefuseOnAllocationFailure("DecodeCache", [&]() -> Status {
+    Reader r(bytes);
+    std::unique_ptr<Cache> cache;
+    KVSPEC_RETURN_IF_ERROR(CacheCodec::DecodeCacheFrom(r, &cache));
+    if (r.left() != 0) return r.Fail("trailing bytes after the cache"), r.status();
+    *out = std::move(cache);
+    return Status::Ok();
+  });
 }
 
 }  // namespace kvspec

@@ -12,6 +12,18 @@
 // offset or the layer - never a crash, an overread or an allocation larger
 // than a small multiple of the input.
 //
+// Allocation bound: the bytes live at once during one DecodeLayout or
+// DecodeCache call are at most 8 x the input size + 64 KiB. Why: vectors
+// read from the input take at most the bytes they consume; what a cache
+// allocates before its vectors are read is checked against the bytes left
+// (column stores: 12 bytes per row against 8 required; recurrent caches:
+// their states, a scratch of at most 3 x the recurrent state since key
+// heads divide value heads, 5 bytes per row; round records' headers 24
+// bytes per 8 required); the layer lists are reserved against 52 bytes per
+// layer; the rest (strings of at most 256 bytes, messages) fits the slack.
+// fuzz_codec_decode measures it with a counting operator new and traps
+// above it.
+//
 // Format (version 1):
 //   cache  := "KVSC" u32 version, string kind, payload of that kind
 //   layout := "KVSL" u32 version, i32 rows, u32 layers,

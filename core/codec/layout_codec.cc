@@ -8,6 +8,7 @@
 
 #include "core/codec/cache_codec.h"
 #include "core/codec/codec.h"
+#include "core/invariants.h"
 #include "kernels/conv1d.h"
 
 namespace kvspec {
@@ -15,6 +16,10 @@ namespace kvspec {
 using namespace codec_internal;  // NOLINT: the format's bounds and byte I/O
 
 namespace {
+
+// The fewest bytes one layer takes: an empty name's length, ten int32
+// fields and the u64 length of its cache.
+constexpr size_t kMinLayerBytes = sizeof(uint32_t) + 10 * sizeof(int32_t) + sizeof(uint64_t);
 
 void WriteLayerConfig(const LayerConfig& c, Writer& w) {
   w.String(c.name);
@@ -97,47 +102,56 @@ Status CacheCodec::DecodeLayoutState(Reader& r, int rows, std::vector<LayerConfi
 }
 
 Status EncodeLayout(const Layout& layout, std::string* out) {
-  std::string bytes;
-  Writer w(&bytes);
-  w.Raw(kLayoutMagic, 4);
-  w.Value<uint32_t>(kCodecVersion);
-  w.Value<int32_t>(layout.rows());
-  w.Value<uint32_t>(static_cast<uint32_t>(layout.size()));
-  for (size_t i = 0; i < layout.size(); ++i) {
-    WriteLayerConfig(CacheCodec::Configs(layout)[i], w);
-    std::string cache;
-    KVSPEC_RETURN_IF_ERROR(EncodeCache(layout.cache(i), &cache));
-    w.Value<uint64_t>(cache.size());
-    w.Raw(cache.data(), cache.size());
-  }
-  CacheCodec::EncodeLayoutState(layout, w);
-  out->swap(bytes);
-  return Status::Ok();
+  return RefuseOnAllocationFailure("EncodeLayout", [&]() -> Status {
+    std::string bytes;
+    Writer w(&bytes);
+    w.Raw(kLayoutMagic, 4);
+    w.Value<uint32_t>(kCodecVersion);
+    w.Value<int32_t>(layout.rows());
+    w.Value<uint32_t>(static_cast<uint32_t>(layout.size()));
+    for (size_t i = 0; i < layout.size(); ++i) {
+      WriteLayerConfig(CacheCodec::Configs(layout)[i], w);
+      std::string cache;
+      KVSPEC_RETURN_IF_ERROR(EncodeCache(layout.cache(i), &cache));
+      w.Value<uint64_t>(cache.size());
+      w.Raw(cache.data(), cache.size());
+    }
+    CacheCodec::EncodeLayoutState(layout, w);
+    out->swap(bytes);
+    return Status::Ok();
+  });
 }
 
 Status DecodeLayout(std::string_view bytes, std::unique_ptr<Layout>* out) {
-  Reader r(bytes);
-  char magic[4];
-  uint32_t version = 0, layers = 0;
-  int32_t rows = 0;
-  r.Raw(magic, 4);
-  if (r.ok() && std::memcmp(magic, kLayoutMagic, 4) != 0) r.Fail("not a kvspec layout");
-  r.Value(&version);
-  if (r.ok() && version != kCodecVersion) r.Fail("unsupported version " + std::to_string(version));
-  r.Int(&rows, 1, kMaxRowsRead, "rows");
-  r.Int(&layers, 1, kMaxLayersRead, "layers");
-  if (!r.ok()) return r.status();
-  std::vector<LayerConfig> configs;
-  std::vector<std::unique_ptr<Cache>> caches;
-  for (uint32_t i = 0; i < layers; ++i) {
-    LayerConfig c;
-    if (!ReadLayerConfig(r, &c)) return r.status();
-    std::unique_ptr<Cache> cache;
-    KVSPEC_RETURN_IF_ERROR(ReadLayerCache(r, bytes, i, &cache));
-    configs.push_back(std::move(c));
-    caches.push_back(std::move(cache));
-  }
-  return CacheCodec::DecodeLayoutState(r, rows, std::move(configs), std::move(caches), out);
+  return RefuseOnAllocationFailure("DecodeLayout", [&]() -> Status {
+    Reader r(bytes);
+    char magic[4];
+    uint32_t version = 0, layers = 0;
+    int32_t rows = 0;
+    r.Raw(magic, 4);
+    if (r.ok() && std::memcmp(magic, kLayoutMagic, 4) != 0) r.Fail("not a kvspec layout");
+    r.Value(&version);
+    if (r.ok() && version != kCodecVersion) r.Fail("unsupported version " + std::to_string(version));
+    r.Int(&rows, 1, kMaxRowsRead, "rows");
+    r.Int(&layers, 1, kMaxLayersRead, "layers");
+    // Each layer takes at least its config's fixed fields and its cache's
+    // length in the input: the lists are reserved once, bounded by the input.
+    r.Holds(layers, kMinLayerBytes, "layer list");
+    if (!r.ok()) return r.status();
+    std::vector<LayerConfig> configs;
+    std::vector<std::unique_ptr<Cache>> caches;
+    configs.reserve(layers);
+    caches.reserve(layers);
+    for (uint32_t i = 0; i < layers; ++i) {
+      LayerConfig c;
+      if (!ReadLayerConfig(r, &c)) return r.status();
+      std::unique_ptr<Cache> cache;
+      KVSPEC_RETURN_IF_ERROR(ReadLayerCache(r, bytes, i, &cache));
+      configs.push_back(std::move(c));
+      caches.push_back(std::move(cache));
+    }
+    return CacheCodec::DecodeLayoutState(r, rows, std::move(configs), std::move(caches), out);
+  });
 }
 
 }  // namespace kvspec

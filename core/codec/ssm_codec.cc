@@ -41,15 +41,25 @@ Status CacheCodec::DecodeSsm(Reader& r, bool batched, std::unique_ptr<Cache>* ou
   r.Int(&s.conv, 1, static_cast<int64_t>(kMaxConvKernel), "conv kernel");
   r.Bool(&s.gate_per_lane);
   if (!r.ok()) return r.status();
+  // Refused by CheckInvariants() anyway; checked first because it bounds the
+  // cache's scratch (below) by its state.
+  if (s.value_heads % s.key_heads != 0) {
+    return r.Fail("value heads not a multiple of key heads"), r.status();
+  }
   const int64_t row_floats =
       Product({s.conv - 1, 2 * s.key_heads, s.dk}) + Product({s.conv - 1, s.value_heads, s.dv}) +
       Product({s.value_heads, s.dv, s.dk});
   const int64_t state_floats = Product({rows, 2, row_floats});
-  // The cache allocates its states before they are read: the floats that
+  // The cache allocates its states (and one row's scratch, at most three
+  // times the recurrent state since key heads divide value heads) and its
+  // per-row positions before they are read: the floats and positions that
   // follow must be in the input.
   if (row_floats < 0 || state_floats < 0 ||
       state_floats > static_cast<int64_t>(r.left() / sizeof(float))) {
     return r.Fail("recurrent state larger than the input"), r.status();
+  }
+  if (!r.Holds(rows, sizeof(int32_t) + sizeof(uint8_t), "per-row positions and buffers")) {
+    return r.status();
   }
   std::unique_ptr<SsmCacheBase> c = NewSsmCache(batched, rows, s);
   r.Int(&c->columns_, 0, std::numeric_limits<int32_t>::max(), "columns");

@@ -1,0 +1,164 @@
+"""Parsed traces as Python objects.
+
+A trace is parsed by kvspec's own parser (``kvspec._core.parse_trace``,
+trace/program.h) and handed over in the JSON shape of trace/json.h, the
+same shape the repository ships for every corpus trace in corpus/emitted/
+(``kvspec trace --emit --json``). Both come back as a :class:`Program`.
+"""
+
+import json
+import os
+
+from .errors import TraceSyntaxError
+
+
+class Layer:
+    """One ``layer`` line of the header."""
+
+    FIELDS = ("name", "kind", "line", "heads", "qheads", "dim", "window", "capacity",
+              "kheads", "dk", "dv", "conv")
+
+    def __init__(self, d):
+        for f in self.FIELDS:
+            setattr(self, f, d[f])
+
+    def as_dict(self):
+        return {f: getattr(self, f) for f in self.FIELDS}
+
+    def __repr__(self):
+        return "Layer(%s)" % ", ".join("%s=%r" % (f, getattr(self, f)) for f in self.FIELDS)
+
+
+class Statement:
+    """One statement: ``op`` ("window", "expect sees", ...), ``line`` and the
+    op's own fields as attributes (see trace/json.h for each op's fields).
+    ``expect error`` holds the refused statement in ``inner``."""
+
+    def __init__(self, d):
+        self.fields = {k: v for k, v in d.items() if k not in ("op", "line", "source_line")}
+        self.op = d["op"]
+        # In an emitted (.json) trace, the line of the original trace file
+        # (trace/json.h "source_line"); the emitted text's own line beside it.
+        self.emitted_line = d["line"]
+        self.line = d.get("source_line") or d["line"]
+        for k, v in self.fields.items():
+            setattr(self, k, Statement(v) if k == "inner" else v)
+
+    def text(self):
+        """The statement back in trace syntax (for reports and shrunk examples)."""
+        f, op = self, self.op
+        if op == "window":
+            s = "window %d" % f.columns
+            if f.left is not None:
+                s += " left=" + ",".join(map(str, f.left))
+            if f.right is not None:
+                s += " right=" + ",".join(map(str, f.right))
+            if f.ids is not None:
+                s += " ids=" + "/".join(",".join(map(str, g)) for g in f.ids)
+            return s
+        if op == "decode":
+            return "decode" + ("" if f.ids is None else
+                               " ids=" + "/".join(",".join(map(str, g)) for g in f.ids))
+        if op == "trim":
+            return "trim %d%s" % (f.count, " bypass" if f.bypass else "")
+        if op in ("arm", "reload"):
+            return op
+        if op == "accept":
+            return "accept " + ",".join(map(str, f.keep))
+        if op in ("fork", "use", "join"):
+            return "%s %s" % (op, f.name)
+        if op == "filter":
+            return "filter " + ",".join(map(str, f.rows))
+        if op == "extract":
+            return "extract %d as %s" % (f.row, f.name)
+        if op == "expect sees":
+            return "expect sees %s r%d p%d: %s" % (f.layer, f.row, f.pos, format_items(f.items))
+        if op == "expect out":
+            return "expect out %s r%d p%d: %s" % (f.layer, f.row, f.pos,
+                                                  " ".join("%.9g" % v for v in f.values))
+        if op == "expect positions":
+            return "expect positions " + ",".join(map(str, f.positions))
+        if op == "expect error":
+            return "expect error " + f.inner.text()
+        if op == "expect equal":
+            return "expect equal " + f.name
+        if op == "expect trimmable":
+            return "expect trimmable %s %s" % (f.layer, "yes" if f.yes else "no")
+        if op == "expect kind":
+            return "expect kind %s %s" % (f.layer, f.kind)
+        if op == "expect bytes_per_token":
+            return "expect bytes_per_token %s %d" % (f.layer, f.bytes)
+        raise ValueError("unknown op " + op)
+
+    def __repr__(self):
+        return "Statement(line=%d, %s)" % (self.line, self.text())
+
+
+def format_item(item):
+    """A seen item as the trace prints it: ``pos``, ``pos:id`` or a tag word."""
+    if isinstance(item, str):
+        return item
+    pos, ident = item
+    return str(pos) if pos == ident else "%d:%d" % (pos, ident)
+
+
+def format_items(items):
+    return " ".join(format_item(i) for i in items)
+
+
+class Program:
+    """A parsed trace: ``file``, ``rows``, ``layers`` (list of :class:`Layer`),
+    ``statements`` (list of :class:`Statement`), ``header_end_line``."""
+
+    def __init__(self, d):
+        if d.get("format") != "kvspec-trace-json" or d.get("version") != 1:
+            raise ValueError("not a kvspec trace JSON document (format/version)")
+        self.file = d["file"]
+        self.rows = d["rows"]
+        self.header_end_line = d["header_end_line"]
+        self.layers = [Layer(x) for x in d["layers"]]
+        self.statements = [Statement(x) for x in d["statements"]]
+
+    def layer_index(self, name):
+        for i, layer in enumerate(self.layers):
+            if layer.name == name:
+                return i
+        raise KeyError(name)
+
+    def text(self):
+        """The program back as trace text."""
+        lines = ["trace 1", "rows %d" % self.rows]
+        for layer in self.layers:
+            keys = {"kv": ("heads", "dim", "window"), "rotating": ("window", "capacity", "heads", "dim"),
+                    "ssm": ("heads", "kheads", "dk", "dv", "conv")}[layer.kind]
+            words = ["layer", layer.name, layer.kind]
+            for k in keys:
+                v = getattr(layer, k)
+                if k == "window" and layer.kind == "kv" and v == 0:
+                    continue
+                words.append("%s=%d" % (k, v))
+            lines.append(" ".join(words))
+        lines += [s.text() for s in self.statements]
+        return "\n".join(lines) + "\n"
+
+
+def parse_trace(text, file="<string>"):
+    """Parses trace text with kvspec's own parser (needs the compiled module).
+    Raises :class:`kvspec.TraceSyntaxError` with ``FILE:LINE:COL: message``."""
+    from . import _core
+    return Program(_core.parse_trace(text, file))
+
+
+def load(path):
+    """A trace file: ``.json`` (emitted form, pure Python) or ``.trace``
+    (through kvspec's parser, needs the compiled module)."""
+    if path.endswith(".json"):
+        with open(path, encoding="utf-8") as f:
+            return Program(json.load(f))
+    from . import HAVE_CORE
+    if not HAVE_CORE:
+        raise TraceSyntaxError(
+            "%s: a .trace file needs the compiled module kvspec._core; in pure-Python mode "
+            "run the emitted form (corpus/emitted/%s)" % (path, os.path.basename(path)[:-len(".trace")] + ".json"))
+    with open(path, encoding="utf-8", newline="") as f:
+        return parse_trace(f.read(), path)
