@@ -231,8 +231,9 @@ class Generator {
 };
 
 // Whether `line` has a form the runner writes to standard error:
-// `FILE:LINE: error: ...`, `FILE:LINE: expected ...` or a limit or syntax
-// error `FILE:LINE:COL: ...`.
+// `FILE:LINE: error: ...`, `FILE:LINE: expected ...`, a budget
+// `FILE:LINE: limit: ...` or a syntax error or TRACE.md limit
+// `FILE:LINE:COL: ...`.
 bool KnownErrorLine(const std::string& line) {
   const std::string prefix = std::string(kTraceName) + ":";
   if (line.compare(0, prefix.size(), prefix) != 0) return false;
@@ -241,7 +242,10 @@ bool KnownErrorLine(const std::string& line) {
   while (i < line.size() && line[i] >= '0' && line[i] <= '9') ++i;
   if (i == digits_at || i >= line.size() || line[i] != ':') return false;
   const std::string rest = line.substr(i);
-  if (rest.rfind(": error: ", 0) == 0 || rest.rfind(": expected ", 0) == 0) return true;
+  if (rest.rfind(": error: ", 0) == 0 || rest.rfind(": expected ", 0) == 0 ||
+      rest.rfind(": limit: ", 0) == 0) {
+    return true;
+  }
   size_t j = 1;
   while (j < rest.size() && rest[j] >= '0' && rest[j] <= '9') ++j;
   return j > 1 && rest.compare(j, 2, ": ") == 0;
