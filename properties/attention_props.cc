@@ -194,18 +194,8 @@ TEST_P(AttentionTargets, OutputDoesNotDependOnLayout) {
                          std::vector<float>& qs, const std::vector<int32_t>& mlo,
                          const std::vector<int32_t>& mhi) {
       std::vector<uint16_t> k16, v16;
-      KvView view;
-      view.k = k.data();
-      view.v = v.data();
-      view.head_stride = static_cast<size_t>(c) * dim;
-      view.row_stride = view.head_stride * kv_heads;
-      view.rows = nrows;
-      view.kv_heads = kv_heads;
-      view.dim = dim;
-      view.slot_pos = pos.data();
-      view.slot_stride = static_cast<size_t>(c);
-      view.slots = c;
-      view.first_slot = first;
+      KvView view =
+          KvView::Dense(k.data(), v.data(), pos.data(), nrows, kv_heads, dim, c, first);
       if (bf16) {
         for (float x : k) k16.push_back(FloatToBf16(x));
         for (float x : v) v16.push_back(FloatToBf16(x));
