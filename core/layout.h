@@ -113,6 +113,14 @@ class Layout {
   Status Filter(const std::vector<int32_t>& rows);
   Status Join(const Layout& other);
   Status Extract(int32_t row, std::unique_ptr<Layout>* out) const;
+  // What Filter(rows), Join(other) and Extract(row) allocate for the new
+  // layers, computed without allocating (core/batch.h FilterRowsBytes and
+  // the rest, summed over the layers; 0 for a call that is refused), so a
+  // memory budget can be checked first. This layout's own storage stays
+  // allocated while they build the new layers.
+  size_t BytesAfterFilter(const std::vector<int32_t>& rows) const;
+  size_t BytesAfterJoin(const Layout& other) const;
+  size_t BytesOfExtract(int32_t row) const;
 
   // The mask layer `layer` read in the last forward; null when there was
   // none since the last change. Valid until the next operation.
