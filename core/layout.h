@@ -9,8 +9,10 @@
 // Hostile calls: every operation first checks the cheap invariants (a
 // refusal when they are broken, in every build) and no exception escapes.
 // Create, CopyTo, Forward, Filter, Join and Extract allocate everything
-// before they change anything, so running out of memory is a refusal that
-// leaves the state unchanged. Fatal instead (kvspec::Fatal aborts with a
+// (a refusal's message included) before they change anything, so running
+// out of memory is a refusal that leaves the state unchanged
+// (core/tests/allocation_failure_test.cc fails every allocation of them in
+// turn). Fatal instead (kvspec::Fatal aborts with a
 // message): running out of memory inside Trim or Accept (they allocate a
 // little scratch while they change the layers), in Copy() (it returns a
 // pointer: use CopyTo), or in the attention kernels' scratch after a
