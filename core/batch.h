@@ -8,6 +8,7 @@
 // shapes, or an armed recurrent round is refused and nothing changes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -32,5 +33,17 @@ Status ExtractRow(const Cache& cache, int32_t row, std::unique_ptr<Cache>* out);
 
 // Single-row caches (or any caches) joined in order into one batch.
 Status MergeRows(const std::vector<const Cache*>& caches, std::unique_ptr<Cache>* out);
+
+// The bytes FilterRows, MergeRows (and JoinRows: MergeRows({&a, &b})) and
+// ExtractRow allocate for their result, computed without allocating, so
+// that a caller can hold them to a memory budget first: the result's
+// storage (its allocatedBytes(): sized from the columns the rows hold,
+// never from a ring's capacity alone) plus a recurrent cache's one-token
+// scratch. Besides it the calls allocate only lists of one entry per row.
+// 0 for arguments the call refuses; the largest size_t when even those
+// lists could not be allocated.
+size_t FilterRowsBytes(const Cache& cache, const std::vector<int32_t>& rows);
+size_t MergeRowsBytes(const std::vector<const Cache*>& caches);
+size_t ExtractRowBytes(const Cache& cache, int32_t row);
 
 }  // namespace kvspec

@@ -86,8 +86,7 @@ Status ColumnStore::CheckStoredState() const {
                       ", peak before the last write " + std::to_string(peak_before_write_) +
                       ")");
   }
-  if (static_cast<uint64_t>(held_) > slots_ || (slots_ == 0 ? first_ != 0 : first_ >= slots_) ||
-      (ring && slots_ != 0 && slots_ < static_cast<size_t>(ring_capacity_))) {
+  if (static_cast<uint64_t>(held_) > slots_ || (slots_ == 0 ? first_ != 0 : first_ >= slots_)) {
     return Broken(kType, 3,
                   "inconsistent ring geometry (slots " + std::to_string(slots_) + ", first " +
                       std::to_string(first_) + ", held " + std::to_string(held_) + ")");

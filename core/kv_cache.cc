@@ -358,14 +358,32 @@ bool ColumnStore::SamePhase(const ColumnStore& o) const {
          slot_pos_ == o.slot_pos_ && peak_ == o.peak_ && last_write_real_ == o.last_write_real_;
 }
 
-void ColumnStore::GatherRows(const std::vector<RowSource>& sources, int64_t columns,
-                             int64_t peak) {
+int64_t ColumnStore::GatheredSlots(const std::vector<RowSource>& sources, int64_t columns) {
+  // Right-justified: a plain cache holds every column, pads included.
+  if (sources.empty() || sources[0].store->ring_capacity_ == 0) return columns;
   int64_t held = 0;
   for (const RowSource& src : sources) held = std::max(held, src.store->held_);
-  // Right-justified: a plain cache holds every column, pads included.
-  if (ring_capacity_ == 0) held = columns;
-  const size_t slots = std::max<size_t>(
-      {static_cast<size_t>(held), static_cast<size_t>(ring_capacity_), 1});
+  return held;
+}
+
+size_t ColumnStore::StorageBytes(int rows, int kv_heads, int dim, int64_t slots) {
+  const size_t cells = static_cast<size_t>(rows) * static_cast<size_t>(slots);
+  return cells * (2 * static_cast<size_t>(kv_heads) * static_cast<size_t>(dim) * sizeof(float) +
+                  sizeof(int32_t));
+}
+
+int64_t ColumnStore::HeldTokens(int row) const {
+  int64_t real = 0;
+  for (int64_t c = 0; c < held_; ++c) real += slot_pos_[row * slots_ + Slot(c)] >= 0;
+  return real;
+}
+
+void ColumnStore::GatherRows(const std::vector<RowSource>& sources, int64_t columns,
+                             int64_t peak) {
+  // Sized from what the rows hold, never from the ring capacity: a ring
+  // grows to M at its next append (SlotsAfterAppend).
+  const int64_t held = GatheredSlots(sources, columns);
+  const size_t slots = static_cast<size_t>(held);
   const size_t dim = static_cast<size_t>(dim_);
   k_.assign(static_cast<size_t>(rows_) * kv_heads_ * slots * dim, 0.0f);
   v_.assign(k_.size(), 0.0f);
@@ -400,11 +418,10 @@ void ColumnStore::GatherRows(const std::vector<RowSource>& sources, int64_t colu
 }
 
 void ColumnStore::GatherRealTokens(const ColumnStore& src, int row) {
-  const std::vector<int32_t> real = src.LogicalSlots(row);
   const int64_t count = src.next_[row];
-  const int64_t held = static_cast<int64_t>(real.size());
-  const size_t slots = std::max<size_t>(
-      {static_cast<size_t>(held), static_cast<size_t>(ring_capacity_), 1});
+  // Only the real tokens the row holds (no pad columns, not M slots).
+  const int64_t held = src.HeldTokens(row);
+  const size_t slots = static_cast<size_t>(held);
   const size_t dim = static_cast<size_t>(dim_);
   k_.assign(static_cast<size_t>(kv_heads_) * slots * dim, 0.0f);
   v_.assign(k_.size(), 0.0f);
@@ -412,14 +429,19 @@ void ColumnStore::GatherRealTokens(const ColumnStore& src, int row) {
   slots_ = slots;
   first_ = 0;
   held_ = held;
-  for (int64_t c = 0; c < held; ++c) {
+  const int32_t* src_pos = src.slot_pos_.data() + static_cast<size_t>(row) * src.slots_;
+  int64_t c = 0;
+  for (int64_t from = 0; from < src.held_; ++from) {
+    const size_t fs = src.Slot(from);
+    if (src_pos[fs] < 0) continue;
     for (int h = 0; h < kv_heads_; ++h) {
-      const size_t in = ((static_cast<size_t>(row) * kv_heads_ + h) * src.slots_ + real[c]) * dim;
+      const size_t in = ((static_cast<size_t>(row) * kv_heads_ + h) * src.slots_ + fs) * dim;
       const size_t out = (static_cast<size_t>(h) * slots + c) * dim;
       std::memcpy(&k_[out], &src.k_[in], dim * sizeof(float));
       std::memcpy(&v_[out], &src.v_[in], dim * sizeof(float));
     }
-    slot_pos_[c] = src.slot_pos_[row * src.slots_ + real[c]];
+    slot_pos_[c] = src_pos[fs];
+    ++c;
   }
   next_[0] = static_cast<int32_t>(count);
   columns_ = held;

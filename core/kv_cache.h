@@ -79,15 +79,18 @@ class AttentionCache : public Cache {
 // while it holds at most M, so that an extracted row is still trimmable)
 // plus the whole forward, and every column while it has not wrapped, so
 // that a trim can still drop any of them. Its buffer grows past M only when a write needs more, sized
-// from the physical column count.
+// from the physical column count; a store built by the batch lifecycle
+// (GatherRows, GatherRealTokens) holds only the columns it keeps, however
+// large M, and grows to M at its next append.
 //
 // Invariants (CheckInvariants, cheap ones first; W window, M ring capacity,
 // S slots, "real" a row's held slots that hold a position):
 //  1. Shape: rows, kv heads, dim >= 1, window >= 0; a plain cache has M = 0,
 //     a ring 1 <= W <= M.
 //  2. Counters: 0 <= held <= columns <= peak; 0 <= peak before write <= peak.
-//  3. Ring geometry: held <= S; first < S (first = 0 when S = 0); a ring's
-//     allocated buffer has S >= M.
+//  3. Ring geometry: held <= S; first < S (first = 0 when S = 0). (A ring's
+//     buffer is sized from what it holds: an append grows it to at least M,
+//     a gather of rows to the columns they hold, never to M alone.)
 //  4. A plain cache holds every column from slot 0 (held = columns,
 //     first = 0); a ring that has not wrapped holds every column.
 //  5. Sizes: keys and values rows*kv_heads*S*dim floats, slot positions
@@ -147,10 +150,19 @@ class ColumnStore : public AttentionCache {
   // fewer columns gets left padding in front. Every held column of every
   // source is kept, in logical order; the ring phase restarts at slot 0.
   void GatherRows(const std::vector<RowSource>& sources, int64_t columns, int64_t peak);
+  // The slots per row GatherRows(sources, columns, ..) allocates: the most
+  // columns a source holds (a plain cache: all `columns`), not M.
+  static int64_t GatheredSlots(const std::vector<RowSource>& sources, int64_t columns);
   // Fills this empty single-row store with the real tokens of src's row, as
   // a cache fed only them: no pad columns. A ring whose row lost a token it
   // would still hold physically counts as wrapped (not trimmable).
   void GatherRealTokens(const ColumnStore& src, int row);
+  // Real tokens row `row` physically holds: the slots GatherRealTokens
+  // allocates.
+  int64_t HeldTokens(int row) const;
+  // Bytes of keys, values and slot positions of `rows` rows of `slots`
+  // slots (what allocatedBytes() reports for that buffer).
+  static size_t StorageBytes(int rows, int kv_heads, int dim, int64_t slots);
   int64_t peak() const { return peak_; }
   // Real tokens per row of the last write; empty after any other change.
   const std::vector<int32_t>& lastWriteReal() const { return last_write_real_; }

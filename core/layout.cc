@@ -1,6 +1,8 @@
 #include "core/layout.h"
 
 #include <algorithm>
+#include <exception>
+#include <limits>
 
 #include "core/batch.h"
 #include "kernels/conv1d.h"
@@ -230,23 +232,21 @@ void Layout::ReserveForward(const ForwardColumns& cols, ForwardSpace* space) con
 }
 
 Status Layout::Forward(const ForwardColumns& cols, const std::vector<AttentionIO>& io) {
-  KVSPEC_RETURN_IF_ERROR(RefuseOnAllocationFailure(
-      "Layout::Forward", [&] { return CheckBeforeChange("Layout::Forward"); }));
-  KVSPEC_RETURN_IF_ERROR(CheckForward(cols));
-  if (io.size() != layers_.size()) {
-    return Status::Error("forward inputs for " + std::to_string(io.size()) +
-                         " layers, layout has " + std::to_string(layers_.size()));
-  }
-  // All or nothing: every allocation first, then the writes, which allocate
-  // nothing but the attention kernels' scratch.
+  // All or nothing: the checks and every allocation first (running out of
+  // memory there, even for a refusal's message, is a refusal), then the
+  // writes, which allocate nothing but the attention kernels' scratch.
   ForwardSpace space;
-  try {
+  Status checked = RefuseOnAllocationFailure("Layout::Forward", [&]() -> Status {
+    KVSPEC_RETURN_IF_ERROR(CheckBeforeChange("Layout::Forward"));
+    KVSPEC_RETURN_IF_ERROR(CheckForward(cols));
+    if (io.size() != layers_.size()) {
+      return Status::Error("forward inputs for " + std::to_string(io.size()) +
+                           " layers, layout has " + std::to_string(layers_.size()));
+    }
     ReserveForward(cols, &space);
-  } catch (const std::bad_alloc&) {
-    return Status::Error("out of memory reserving the forward's storage");
-  } catch (const std::length_error&) {
-    return Status::Error("the forward's storage exceeds the largest allocation");
-  }
+    return Status::Ok();
+  });
+  if (!checked.ok()) return checked;
   WriteForward(cols, io, &space);
   // Invariant 5 among them: every layer reads a mask built over its own slots.
   KVSPEC_ASSERT_INVARIANTS(*this, "Layout::Forward");
@@ -264,15 +264,14 @@ void Layout::WriteForward(const ForwardColumns& cols, const std::vector<Attentio
     // refusal here is a broken invariant, not a user error.
     if (!s.ok()) Fatal("Layout::Forward", "layers out of lockstep: " + s.message());
   }
-  // One mask per distinct window, built over the first layer of that window.
-  std::vector<bool> built(space->masks.size(), false);
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const int m = space->mask_of_layer[i];
-    if (m < 0 || built[m]) continue;
+  // One mask per distinct window, built over the first layer of that window
+  // (found by a scan: nothing here may allocate).
+  for (size_t m = 0; m < space->masks.size(); ++m) {
+    size_t i = 0;
+    while (space->mask_of_layer[i] != static_cast<int>(m)) ++i;
     const KvView view = attention(i)->View();
     BuildMaskInto(&space->masks[m], cols, space->next, attention(i)->window(), view.slot_pos,
                   view.slot_stride, view.slots, view.first_slot);
-    built[m] = true;
   }
   masks_.swap(space->masks);
   mask_capacity_.swap(space->mask_capacity);
@@ -501,6 +500,38 @@ Status Layout::Extract(int32_t row, std::unique_ptr<Layout>* out) const {
     *out = std::move(layout);
     return Status::Ok();
   });
+}
+
+namespace {
+// a + b, or the largest size_t when it does not fit.
+size_t SaturatingAdd(size_t a, size_t b) {
+  return a > std::numeric_limits<size_t>::max() - b ? std::numeric_limits<size_t>::max() : a + b;
+}
+}  // namespace
+
+size_t Layout::BytesAfterFilter(const std::vector<int32_t>& rows) const {
+  size_t total = 0;
+  for (const auto& layer : layers_) total = SaturatingAdd(total, FilterRowsBytes(*layer, rows));
+  return total;
+}
+
+size_t Layout::BytesAfterJoin(const Layout& other) const {
+  if (other.layers_.size() != layers_.size()) return 0;
+  size_t total = 0;
+  try {
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      total = SaturatingAdd(total, MergeRowsBytes({layers_[i].get(), other.layers_[i].get()}));
+    }
+  } catch (const std::exception&) {
+    return std::numeric_limits<size_t>::max();  // not even the list of two
+  }
+  return total;
+}
+
+size_t Layout::BytesOfExtract(int32_t row) const {
+  size_t total = 0;
+  for (const auto& layer : layers_) total = SaturatingAdd(total, ExtractRowBytes(*layer, row));
+  return total;
 }
 
 void Layout::set_reference_kernels(bool on) {

@@ -9,8 +9,10 @@
 // Hostile calls: every operation first checks the cheap invariants (a
 // refusal when they are broken, in every build) and no exception escapes.
 // Create, CopyTo, Forward, Filter, Join and Extract allocate everything
-// before they change anything, so running out of memory is a refusal that
-// leaves the state unchanged. Fatal instead (kvspec::Fatal aborts with a
+// (a refusal's message included) before they change anything, so running
+// out of memory is a refusal that leaves the state unchanged
+// (core/tests/allocation_failure_test.cc fails every allocation of them in
+// turn). Fatal instead (kvspec::Fatal aborts with a
 // message): running out of memory inside Trim or Accept (they allocate a
 // little scratch while they change the layers), in Copy() (it returns a
 // pointer: use CopyTo), or in the attention kernels' scratch after a
@@ -113,6 +115,14 @@ class Layout {
   Status Filter(const std::vector<int32_t>& rows);
   Status Join(const Layout& other);
   Status Extract(int32_t row, std::unique_ptr<Layout>* out) const;
+  // What Filter(rows), Join(other) and Extract(row) allocate for the new
+  // layers, computed without allocating (core/batch.h FilterRowsBytes and
+  // the rest, summed over the layers; 0 for a call that is refused), so a
+  // memory budget can be checked first. This layout's own storage stays
+  // allocated while they build the new layers.
+  size_t BytesAfterFilter(const std::vector<int32_t>& rows) const;
+  size_t BytesAfterJoin(const Layout& other) const;
+  size_t BytesOfExtract(int32_t row) const;
 
   // The mask layer `layer` read in the last forward; null when there was
   // none since the last change. Valid until the next operation.

@@ -19,14 +19,26 @@ GatedDeltaShape SsmShape::Delta() const {
   return d;
 }
 
+namespace {
+// Floats of one token's scratch: pre-conv outputs u, prepared q and k, y.
+size_t ScratchFloats(const SsmShape& shape) {
+  const size_t hk = static_cast<size_t>(shape.key_heads) * shape.dk;
+  return shape.Channels() + 2 * hk + static_cast<size_t>(shape.value_heads) * shape.dv;
+}
+}  // namespace
+
 SsmCacheBase::SsmCacheBase(int rows, const SsmShape& shape)
     : rows_(rows), shape_(shape),
       row_floats_(shape.ConvFloats() + shape.RecurrentFloats()),
       state_(static_cast<size_t>(rows) * 2 * row_floats_, 0.0f),
       active_(static_cast<size_t>(rows), 0),
       next_(static_cast<size_t>(rows), 0) {
-  const size_t hk = static_cast<size_t>(shape.key_heads) * shape.dk;
-  scratch_.resize(shape.Channels() + 2 * hk + static_cast<size_t>(shape.value_heads) * shape.dv);
+  scratch_.resize(ScratchFloats(shape));
+}
+
+size_t SsmCacheBase::BytesWhenBuilt(int rows, const SsmShape& shape) {
+  const size_t row_floats = shape.ConvFloats() + shape.RecurrentFloats();
+  return (static_cast<size_t>(rows) * 2 * row_floats + ScratchFloats(shape)) * sizeof(float);
 }
 
 size_t SsmCacheBase::allocatedBytes() const {

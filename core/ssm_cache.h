@@ -77,6 +77,9 @@ struct SsmIO {
 class SsmCacheBase : public Cache {
  public:
   SsmCacheBase(int rows, const SsmShape& shape);
+  // Bytes the constructor allocates that grow with the shape: both state
+  // buffers of every row and one token's scratch.
+  static size_t BytesWhenBuilt(int rows, const SsmShape& shape);
 
   int rows() const override { return rows_; }
   int64_t columns() const override { return columns_; }

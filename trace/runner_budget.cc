@@ -2,6 +2,7 @@
 // allocation a trace can cause costs, computed from the LayerConfig shapes
 // and checked before anything is allocated, and the work each forward does.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "trace/runner_internal.h"
@@ -18,7 +19,7 @@ size_t SsmRowFloats(const LayerConfig& d) {
 }
 
 // Ceiling MiB of `bytes`, for messages.
-uint64_t MiB(uint64_t bytes) { return (bytes + (uint64_t{1} << 20) - 1) >> 20; }
+uint64_t MiB(uint64_t bytes) { return (bytes >> 20) + ((bytes & ((uint64_t{1} << 20) - 1)) != 0); }
 
 }  // namespace
 
@@ -112,7 +113,9 @@ Outcome Runner::CreateBudget(int* line) const {
 }
 
 Outcome Runner::Budget(uint64_t more, const char* what) const {
-  return MemoryLimit(HeldBytes() + more, what);
+  const uint64_t held = HeldBytes();
+  // `more` may be the largest value (a size core/ could not compute).
+  return MemoryLimit(more > UINT64_MAX - held ? UINT64_MAX : held + more, what);
 }
 
 // Memory: the current layout grown (its old storage alive while it is

@@ -39,9 +39,8 @@ Outcome Runner::Join(const JoinOp& join) {
   }
   if (name == current_) return Outcome::Refused("join: a layout cannot join itself");
   const Layout& other = *it->second.layout;
-  if (Outcome o = Budget(other.allocatedBytes() + Cur().allocatedBytes(), "join"); o.code) {
-    return o;
-  }
+  // The joined layers, built while both layouts stay allocated.
+  if (Outcome o = Budget(Cur().BytesAfterJoin(other), "join"); o.code) return o;
   if (Cur().rows() + other.rows() > kMaxRows) {
     return Outcome::Refused("join: " + std::to_string(Cur().rows() + other.rows()) +
                             " rows exceed the limit of " + std::to_string(kMaxRows));
@@ -53,6 +52,8 @@ Outcome Runner::Join(const JoinOp& join) {
 }
 
 Outcome Runner::Filter(const FilterOp& filter) {
+  // The kept rows' layers, built while the layout stays allocated.
+  if (Outcome o = Budget(Cur().BytesAfterFilter(filter.rows), "filter"); o.code) return o;
   Status s = Cur().Filter(filter.rows);
   if (!s.ok()) return Outcome::Refused(s.message());
   Last() = LastForward();
@@ -63,10 +64,7 @@ Outcome Runner::Extract(const ExtractOp& extract) {
   if (layouts_.count(extract.name)) {
     return Outcome::Refused("extract: a layout named '" + extract.name + "' exists");
   }
-  if (Outcome o = Budget(Cur().allocatedBytes() / std::max(1, Cur().rows()), "extract");
-      o.code) {
-    return o;
-  }
+  if (Outcome o = Budget(Cur().BytesOfExtract(extract.row), "extract"); o.code) return o;
   std::unique_ptr<Layout> extracted;
   Status s = Cur().Extract(extract.row, &extracted);
   if (!s.ok()) return Outcome::Refused(s.message());
