@@ -154,7 +154,9 @@ class FakeProperty(unittest.TestCase):
             self.assertIn("binary: properties/fake_props\n", text)
             self.assertIn("NEW FAILURE (trace)", r.stdout)
             self.assertIn("keep:   cp ", r.stdout)
-            self.assertIn("x4 on AVX2,SSE4", r.stdout)
+            self.assertIn("(x4 on AVX2,SSE4)", r.stdout)
+            self.assertIn("Prop, failing at trace: 1 cases (4 runs) on AVX2,SSE4", r.stdout)
+            self.assertIn("keep all:  ", r.stdout)
             # The per-run folders are gone; nothing is left running.
             self.assertEqual(os.listdir(os.path.join(out, "runs")), [])
 
