@@ -819,7 +819,10 @@ std::unique_ptr<Cmd> SeedCommand(const trace::Statement& st, const Model& m, uin
   }
 }
 
-KVSPEC_RECORDED_PROP(LayoutProps, KvOperationSequencesMatchTheModel) {
+// Runs on every Highway target this CPU has (test names end in the target).
+class LayoutTargets : public ::testing::TestWithParam<int64_t> {};
+
+KVSPEC_RECORDED_PROP_P(LayoutTargets, KvOperationSequencesMatchTheModel) {
   const std::vector<Seed>& seeds = Seeds();
   const Seed* seed = nullptr;
   size_t prefix = 0;
@@ -888,7 +891,7 @@ TEST(LayoutProps, SeedTracesRunThroughTheModel) {
 
 // A prefill split into any sequence of windows gives the same visible sets
 // and the same outputs, bit for bit, as one window.
-RC_GTEST_PROP(LayoutProps, ChunkingInvariance, ()) {
+KVSPEC_RECORDED_PROP_P(LayoutTargets, ChunkingInvariance) {
   Config cfg = *GenConfig();
   cfg.rows = 1;
   // Attention layers only (recurrent chunking is covered by ssm_props).
@@ -966,6 +969,8 @@ RC_GTEST_PROP(LayoutProps, RopeOffsetIsAValue, ()) {
   RC_ASSERT(captured.per_row == copy);
   RC_ASSERT(cache.ropeOffset().per_row[0] == copy[0] + 1);
 }
+
+KVSPEC_FOR_EACH_TARGET(LayoutTargets);
 
 }  // namespace
 }  // namespace kvspec

@@ -27,6 +27,7 @@
 #include "core/layout.h"
 #include "trace/runner.h"
 #include "trace/values.h"
+#include "properties/regression_writer.h"
 
 namespace kvspec {
 namespace {
@@ -245,7 +246,10 @@ void SameNextForward(Driver& driver, Layout& want, Layout& got, uint64_t id_salt
   for (size_t r = 0; r < a.size(); ++r) RC_ASSERT(a[r] == b[r]);
 }
 
-RC_GTEST_PROP(LifecycleProps, JoinKeepsEveryRunningRow, ()) {
+// Runs on every Highway target this CPU has (test names end in the target).
+class LifecycleTargets : public ::testing::TestWithParam<int64_t> {};
+
+KVSPEC_RECORDED_PROP_P(LifecycleTargets, JoinKeepsEveryRunningRow) {
   const auto layers = *GenLayers();
   RC_LOG() << Describe(layers);
   Driver driver(layers);
@@ -272,7 +276,7 @@ RC_GTEST_PROP(LifecycleProps, JoinKeepsEveryRunningRow, ()) {
   for (size_t r = 0; r < right.size(); ++r) RC_ASSERT(joined[left.size() + r] == right[r]);
 }
 
-RC_GTEST_PROP(LifecycleProps, ExtractThenMergeReturnsTheRows, ()) {
+KVSPEC_RECORDED_PROP_P(LifecycleTargets, ExtractThenMergeReturnsTheRows) {
   const auto layers = *GenLayers();
   RC_LOG() << Describe(layers);
   Driver driver(layers);
@@ -302,7 +306,7 @@ RC_GTEST_PROP(LifecycleProps, ExtractThenMergeReturnsTheRows, ()) {
   SameNextForward(driver, *batch, *merged, 9);
 }
 
-RC_GTEST_PROP(LifecycleProps, FilterKeepsTheChosenRows, ()) {
+KVSPEC_RECORDED_PROP_P(LifecycleTargets, FilterKeepsTheChosenRows) {
   const auto layers = *GenLayers();
   RC_LOG() << Describe(layers);
   Driver driver(layers);
@@ -322,7 +326,7 @@ RC_GTEST_PROP(LifecycleProps, FilterKeepsTheChosenRows, ()) {
   for (size_t i = 0; i < keep.size(); ++i) RC_ASSERT(some[i] == all[keep[i]]);
 }
 
-RC_GTEST_PROP(LifecycleProps, PersistenceRoundTripIsExact, ()) {
+KVSPEC_RECORDED_PROP_P(LifecycleTargets, PersistenceRoundTripIsExact) {
   const auto layers = *GenLayers();
   RC_LOG() << Describe(layers);
   Driver driver(layers);
@@ -348,7 +352,7 @@ RC_GTEST_PROP(LifecycleProps, PersistenceRoundTripIsExact, ()) {
   SameNextForward(driver, *layout, *loaded, 21);
 }
 
-RC_GTEST_PROP(LifecycleProps, DamagedBytesAreRefusedCleanly, ()) {
+KVSPEC_RECORDED_PROP_P(LifecycleTargets, DamagedBytesAreRefusedCleanly) {
   const auto layers = *GenLayers();
   Driver driver(layers);
   auto layout = Build(layers, *rc::gen::inRange(1, 3));
@@ -430,6 +434,8 @@ TEST(LifecycleProps, UnknownAndLyingKindsAreRefused) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("qv"), std::string::npos) << s.message();
 }
+
+KVSPEC_FOR_EACH_TARGET(LifecycleTargets);
 
 }  // namespace
 }  // namespace kvspec

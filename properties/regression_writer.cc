@@ -150,19 +150,29 @@ std::string RegressionDir() {
     if (dir == "off") return "";
     if (!dir.empty()) return dir;
   }
+  return std::string(KVSPEC_BINARY_DIR) + "/regressions/properties";
+}
+
+std::string SourceRegressionDir() {
   return std::string(KVSPEC_SOURCE_DIR) + "/corpus/regressions/properties";
 }
 
 std::string KvspecCommand() { return std::string(KVSPEC_BINARY_DIR) + "/kvspec"; }
 
 std::string WriteRegression(const std::string& property, const std::string& binary,
-                            uint64_t seed, const std::string& reproduce,
-                            const std::string& message, std::ostream& log) {
+                            const std::string& target, uint64_t seed,
+                            const std::string& reproduce, const std::string& message,
+                            std::ostream& log) {
   Recorder& rec = Recorder::Get();
   const std::string dir = RegressionDir();
   if (!rec.HasFailure() || dir.empty()) return "";
   const std::string body = WithOutputs(rec.FailureBody());
-  const std::string dot_free = property.substr(property.find('.') + 1);
+  // The file is named after the property without its suite and target:
+  // "Targets/LayoutTargets.KvOperationSequencesMatchTheModel/AVX2" ->
+  // KvOperationSequencesMatchTheModel-HASH.trace (HASH: of the case, so the
+  // same shrunk case found on two targets is one file).
+  std::string dot_free = property.substr(property.find('.') + 1);
+  dot_free = dot_free.substr(0, dot_free.find('/'));
   char hash[9];
   std::snprintf(hash, sizeof(hash), "%08x", static_cast<unsigned>(Fnv1a(body) & 0xffffffffu));
   std::error_code ec;
@@ -175,6 +185,8 @@ std::string WriteRegression(const std::string& property, const std::string& bina
        << "# (and, for `expect out`, the double-precision oracle) says should happen: a correct\n"
        << "# build runs this trace with exit 0; ctest replays it (label regression).\n";
   if (!rec.FailureNote().empty()) text << "# " << rec.FailureNote() << "\n";
+  const std::string target_flag = target.empty() ? "" : "--target " + target + " ";
+  if (!target.empty()) text << "# target: " << target << "\n";
   text << "# seed: " << seed << "\n"
        << "# reproduce: RC_PARAMS=\"reproduce=" << reproduce << "\" " << binary
        << " --gtest_filter=" << property << "\n"
@@ -188,10 +200,12 @@ std::string WriteRegression(const std::string& property, const std::string& bina
       return "";
     }
   }
+  // The running test's TargetScope (if any) is active: this runs on `target`.
   std::ostringstream out, err;
   const int status = trace::RunTraceFile(path, trace::RunOptions(), out, err);
   log << "regression trace written: " << path << "\n"
-      << "replay it: " << KvspecCommand() << " trace " << path << "\n";
+      << "replay it: " << KvspecCommand() << " trace " << target_flag << path << "\n"
+      << "keep it (with the fix): cp " << path << " " << SourceRegressionDir() << "/\n";
   if (status == 0) {
     log << "note: this build runs it with exit 0, so the trace does not show this failure\n"
         << "(the property checked something a trace cannot state, e.g. bit-exact outputs\n"
@@ -202,11 +216,11 @@ std::string WriteRegression(const std::string& property, const std::string& bina
   return path;
 }
 
-void CheckAndRecord(const char* test_case, const char* name,
-                    const std::function<void()>& property) {
+bool Check(const std::string& id, const std::string& target,
+           const std::function<void()>& property) {
   rc::detail::TestMetadata metadata;
-  metadata.id = std::string(test_case) + "/" + name;
-  metadata.description = name;
+  metadata.id = id;
+  metadata.description = id;
   Recorder& rec = Recorder::Get();
   rec.ResetProperty();
   auto wrapped = [&property, &rec] {
@@ -228,23 +242,33 @@ void CheckAndRecord(const char* test_case, const char* name,
   rc::detail::printResultMessage(result, ss);
   if (result.is<rc::detail::SuccessResult>()) {
     if (!result.get<rc::detail::SuccessResult>().distribution.empty()) {
-      std::cout << ss.str() << std::endl;
+      std::cout << "- " << id << "\n" << ss.str() << std::endl;
     }
-    return;
+    rec.ResetProperty();
+    return true;
   }
   if (result.is<rc::detail::FailureResult>()) {
     const rc::detail::FailureResult& failure = result.get<rc::detail::FailureResult>();
     std::unordered_map<std::string, rc::detail::Reproduce> map;
     map[metadata.id] = failure.reproduce;
     const std::string reproduce = rc::detail::reproduceMapToString(map);
+    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    const std::string test =
+        info ? std::string(info->test_suite_name()) + "." + info->name() : id;
     std::ostringstream log;
-    WriteRegression(std::string(test_case) + "." + name, SelfPath(),
-                    rc::detail::configuration().testParams.seed, reproduce,
-                    failure.description, log);
+    WriteRegression(test, SelfPath(), target, rc::detail::configuration().testParams.seed,
+                    reproduce, failure.description, log);
     ss << "\n" << log.str();
   }
   rec.ResetProperty();
-  FAIL() << ss.str() << std::endl;
+  ADD_FAILURE() << ss.str() << std::endl;
+  return false;
+}
+
+void CheckAndRecord(const std::string& target, const std::function<void()>& property) {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string id = info ? std::string(info->test_suite_name()) + "/" + info->name() : "";
+  Check(id, target, property);
 }
 
 }  // namespace kvspec::regress

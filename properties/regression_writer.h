@@ -1,6 +1,8 @@
-// Every property failure becomes a trace (../shared/TRACE.md) in the
-// repository: corpus/regressions/properties/<Property>-<hash>.trace, which
-// ctest replays (label `regression`) before the properties and the fuzz
+// Every property failure that a trace can state becomes a trace
+// (../shared/TRACE.md), BUILD/regressions/properties/<Property>-<hash>.trace
+// in the build tree; copied into corpus/regressions/properties/ (the
+// failure prints the `cp` command; tools/props --import merges many), ctest
+// replays it (label `regression`) before the properties and the fuzz
 // replays, so a failure found once is checked first on every later run.
 //
 // A stateful property records, while it runs, the trace of the current
@@ -19,11 +21,18 @@
 // Use KVSPEC_RECORDED_PROP(TestCase, Name) in place of
 // RC_GTEST_PROP(TestCase, Name, ()) and call Recorder::Get().Begin(header)
 // once per case, then Statement()/Expect() as the case runs.
+// KVSPEC_RECORDED_PROP_P(Suite, Name) is the same property run once per
+// Highway target (a value-parameterised suite: instantiate it with
+// KVSPEC_FOR_EACH_TARGET(Suite), testing/target_params.h); the case runs
+// under that target's TargetScope, the trace written carries a
+// `# target: NAME` comment and its replay command `--target NAME`. A
+// property that never calls Begin() writes no trace (RapidCheck's
+// reproduce string is all there is); the macros suit it as well.
 //
-// The folder is corpus/regressions/properties/ of the source tree this
-// binary was built from (KVSPEC_SOURCE_DIR); the environment variable
-// KVSPEC_REGRESSION_DIR replaces it, KVSPEC_REGRESSION_DIR=off writes
-// nothing.
+// The folder is regressions/properties/ of the build tree this binary was
+// built in (KVSPEC_BINARY_DIR: ctest never writes into the source tree);
+// the environment variable KVSPEC_REGRESSION_DIR replaces it (tools/props
+// sets it per run), KVSPEC_REGRESSION_DIR=off writes nothing.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -32,6 +41,8 @@
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "testing/target_params.h"
 
 namespace kvspec::regress {
 
@@ -78,6 +89,8 @@ class Recorder {
 
 // The folder regression traces go to ("" when writing is turned off).
 std::string RegressionDir();
+// corpus/regressions/properties/ of the source tree (what ctest replays).
+std::string SourceRegressionDir();
 // The `kvspec` command of this build.
 std::string KvspecCommand();
 
@@ -86,14 +99,22 @@ std::string KvspecCommand();
 // when nothing was written. `seed` and `reproduce` go into the comment;
 // `message` (RapidCheck's failure description) too, shortened. Prints the
 // path, the replay command and what this build's runner says to `log`.
+// `target` (a Highway target name, "" for none) goes into the comment
+// (`# target: NAME`) and the replay command (`--target NAME`).
 std::string WriteRegression(const std::string& property, const std::string& binary,
-                            uint64_t seed, const std::string& reproduce,
-                            const std::string& message, std::ostream& log);
+                            const std::string& target, uint64_t seed,
+                            const std::string& reproduce, const std::string& message,
+                            std::ostream& log);
 
-// Runs `property` under RapidCheck as RC_GTEST_PROP does and, when it
-// fails, writes the shrunk case with WriteRegression.
-void CheckAndRecord(const char* test_case, const char* name,
-                    const std::function<void()>& property);
+// Runs `property` under RapidCheck (`id` names it in RapidCheck's output
+// and reproduce string) and, when it fails, writes the shrunk case with
+// WriteRegression, naming the running gtest test and `target`; returns
+// whether it held. A failure is reported with ADD_FAILURE.
+bool Check(const std::string& id, const std::string& target,
+           const std::function<void()>& property);
+
+// Check() for the running gtest test (id: its full name).
+void CheckAndRecord(const std::string& target, const std::function<void()>& property);
 
 }  // namespace kvspec::regress
 
@@ -102,7 +123,18 @@ void CheckAndRecord(const char* test_case, const char* name,
 #define KVSPEC_RECORDED_PROP(TestCase, Name)                                       \
   void kvspecRecordedProp_##TestCase##_##Name();                                   \
   TEST(TestCase, Name) {                                                           \
-    ::kvspec::regress::CheckAndRecord(#TestCase, #Name,                            \
-                                      &kvspecRecordedProp_##TestCase##_##Name);    \
+    ::kvspec::regress::CheckAndRecord("", &kvspecRecordedProp_##TestCase##_##Name); \
   }                                                                                \
   void kvspecRecordedProp_##TestCase##_##Name()
+
+// The same, once per Highway target: `Suite` is declared here (a
+// TestWithParam<int64_t>); instantiate it with KVSPEC_FOR_EACH_TARGET(Suite)
+// once per file. Test names end in the target (".../AVX2").
+#define KVSPEC_RECORDED_PROP_P(Suite, Name)                                        \
+  void kvspecRecordedProp_##Suite##_##Name();                                      \
+  TEST_P(Suite, Name) {                                                            \
+    ::kvspec::testing::TargetScope kvspec_target_scope(GetParam());                \
+    ::kvspec::regress::CheckAndRecord(hwy::TargetName(GetParam()),                 \
+                                      &kvspecRecordedProp_##Suite##_##Name);       \
+  }                                                                                \
+  void kvspecRecordedProp_##Suite##_##Name()

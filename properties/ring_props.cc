@@ -253,13 +253,16 @@ void Continue(RingRun& a, RingRun& b, const std::vector<Step>& steps, bool same_
   }
 }
 
+// Runs on every Highway target this CPU has (test names end in the target).
+class RingTargets : public ::testing::TestWithParam<int64_t> {};
+
 // Recorded as a trace (regression_writer.h) when it fails: the prefix, a
 // fork `fresh`, the round on `main`, the accepted tokens written on
 // `fresh`, then each later window on both, with what the model says after
 // each statement (Script), `expect equal main` and both rings' `expect
 // trimmable` after each round of `fresh`, and the oracle's `expect out`
 // values after every window.
-KVSPEC_RECORDED_PROP(RingProps, DroppedTipsEqualNeverWritingThem) {
+KVSPEC_RECORDED_PROP_P(RingTargets, DroppedTipsEqualNeverWritingThem) {
   const int rows = *rc::gen::inRange(1, 4);
   const int32_t window = *rc::gen::inRange<int32_t>(1, 9);
   const int32_t capacity = window + *rc::gen::element<int32_t>(0, 0, 1, 2, 5);
@@ -367,7 +370,7 @@ KVSPEC_RECORDED_PROP(RingProps, DroppedTipsEqualNeverWritingThem) {
   }
 }
 
-RC_GTEST_PROP(RingProps, OutputsDoNotDependOnPhaseOrCapacity, ()) {
+KVSPEC_RECORDED_PROP_P(RingTargets, OutputsDoNotDependOnPhaseOrCapacity) {
   const int32_t window = *rc::gen::inRange<int32_t>(1, 9);
   const int heads = *rc::gen::inRange(1, 3);
   const int dim = *rc::gen::inRange(1, 17);
@@ -385,6 +388,8 @@ RC_GTEST_PROP(RingProps, OutputsDoNotDependOnPhaseOrCapacity, ()) {
   }
   Continue(ring, plain, steps, /*same_kind=*/false);
 }
+
+KVSPEC_FOR_EACH_TARGET(RingTargets);
 
 }  // namespace
 }  // namespace kvspec

@@ -33,6 +33,7 @@
 
 #include "trace/program.h"
 #include "trace/runner.h"
+#include "properties/regression_writer.h"
 #include "testing/generators.h"
 #include "testing/target_params.h"
 #include "testing/values_oracle.h"
@@ -445,9 +446,12 @@ TEST_P(ValuesTargets, OutputsMatchDoublePrecisionOracle) {
   testing::TargetScope scope(GetParam());
   const std::string target = hwy::TargetName(GetParam());
   Stats highway, reference;
-  const bool ok = rc::check("trace values on " + target + " vs double-precision oracle", [&] {
+  // A failing program is written as a regression trace with the oracle's
+  // `expect out` lines (properties/regression_writer.h).
+  const bool ok = regress::Check("trace values on " + target + " vs double-precision oracle", target, [&] {
     const GeneratedProgram generated = *GenProgram();
     const std::string& text = generated.text;
+    regress::Recorder::Get().Begin(text, "a generated program of values_props");
     RC_CLASSIFY(generated.ssm, "ssm");
     RC_CLASSIFY(generated.rotating, "rotating");
     RC_CLASSIFY(generated.round, "round");

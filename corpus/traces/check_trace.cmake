@@ -26,7 +26,9 @@
 # status over the files).
 #
 # MODE=regression: each of FILES ('|'-separated; none is fine) runs on its
-# own and must exit 0, or N when its first line is
+# own (and once more with --target NAME for each `# target: NAME` or
+# `# target NAME` comment line naming a target this CPU runs) and must exit 0, or N when its first
+# line is
 #     # expect-exit: N [expect-stderr: PATTERN]
 # (and then standard error must hold a line starting with FILE followed by
 # PATTERN, when given). Prints `regressions: N replayed, N passed`.
@@ -145,19 +147,43 @@ elseif(MODE STREQUAL "regression")
       set(want_exit "${CMAKE_MATCH_1}")
       set(pattern "${CMAKE_MATCH_3}")
     endif()
-    execute_process(COMMAND "${KVSPEC}" trace "${file}"
-                    RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
-    set(ok TRUE)
-    if(NOT rc STREQUAL want_exit)
-      set(ok FALSE)
-      string(APPEND failures "${file}: exit ${rc}, expected ${want_exit}\n${err}\n")
-    elseif(NOT pattern STREQUAL "")
-      string(FIND "\n${err}" "\n${file}${pattern}" at)
-      if(at LESS 0)
-        set(ok FALSE)
-        string(APPEND failures "${file}: no stderr line starting with '${file}${pattern}'\n${err}\n")
+    # A trace found on one Highway target (a `# target: NAME` comment from
+    # the property regression writer, or fuzz/overnight's `# target NAME`)
+    # runs on the best target and, when this CPU runs it, on NAME too.
+    set(flag_sets "-")
+    file(STRINGS "${file}" target_lines REGEX "^# target:? [A-Za-z0-9_]+$")
+    foreach(line IN LISTS target_lines)
+      string(REGEX REPLACE "^# target:? " "" name "${line}")
+      if(NOT DEFINED runnable)
+        execute_process(COMMAND "${KVSPEC}" targets OUTPUT_VARIABLE runnable ERROR_QUIET)
       endif()
-    endif()
+      if(runnable MATCHES "runnable:[^\n]* ${name}( |\n|$)")
+        list(APPEND flag_sets "--target|${name}")
+      else()
+        message(STATUS "${file}: found on ${name}, which this CPU does not run")
+      endif()
+    endforeach()
+    set(ok TRUE)
+    foreach(flags IN LISTS flag_sets)
+      set(args "")
+      set(on "")
+      if(NOT flags STREQUAL "-")
+        string(REPLACE "|" ";" args "${flags}")
+        string(REPLACE "|" " " on " (${flags})")
+      endif()
+      execute_process(COMMAND "${KVSPEC}" trace ${args} "${file}"
+                      RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
+      if(NOT rc STREQUAL want_exit)
+        set(ok FALSE)
+        string(APPEND failures "${file}${on}: exit ${rc}, expected ${want_exit}\n${err}\n")
+      elseif(NOT pattern STREQUAL "")
+        string(FIND "\n${err}" "\n${file}${pattern}" at)
+        if(at LESS 0)
+          set(ok FALSE)
+          string(APPEND failures "${file}${on}: no stderr line starting with '${file}${pattern}'\n${err}\n")
+        endif()
+      endif()
+    endforeach()
     if(ok)
       math(EXPR passed "${passed} + 1")
     endif()
