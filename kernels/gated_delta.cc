@@ -168,13 +168,15 @@ HWY_INLINE void StepColumn(const float* in, float* out, size_t dk, size_t dv, si
   }
 }
 
-// Columns per block: 2U accumulators plus U loads and two broadcasts must
-// fit the register file (32 vectors on AVX-512, 16 below). At dk = dv = 128
-// a block of 8 AVX-512 vectors is a whole head (64 KiB, read contiguously);
-// measured on a Zen 4 VM (AVX3, one head to 16 heads) it beat blocks of 4,
-// 2 (with even/odd row accumulators) and 1 vectors, although smaller blocks
-// keep pass 2 in L1: their pass 1 reads rows of the block 512 bytes apart.
-#if HWY_TARGET <= HWY_AVX3
+// Columns per block (vectors): 2U accumulators, U loads and two broadcasts.
+// At dk = dv = 128 a block of 8 AVX-512 vectors is a whole head (64 KiB),
+// read in whole contiguous rows. Measured on a Zen 4 VM (bench/ssm_bench and
+// a one-head loop): on AVX3, 8 beat blocks of 4, 2 (with even/odd row
+// accumulators) and 1 vectors, although smaller blocks keep pass 2 in L1
+// (their pass 1 reads pieces of rows 512 bytes apart); on AVX2, 8 (16
+// accumulators, some spilled) beat 4 hot and cold; software prefetch of
+// whole rows ahead did not help.
+#if HWY_TARGET <= HWY_AVX2
 constexpr size_t kBlock = 8;
 #else
 constexpr size_t kBlock = 4;
