@@ -13,6 +13,7 @@
 // Names (the target is the Highway target requested and, checked through
 // GatedDeltaTargetName(), the one that ran; the label repeats it):
 //   BM_StreamRead, BM_StreamReadWrite, BM_StreamReadWriteInPlace
+//   BM_PeakFma/<target>                          peak FP32 multiply-add rate
 //   BM_Decode/<target>/<value heads>/<rows>      cold, one column
 //   BM_DecodeHot/<target>/<value heads>/<rows>   hot, one column
 //   BM_Window/<target>/<value heads>/<L>         hot, L columns, one row
@@ -31,16 +32,24 @@
 //   bytes_per_second   state bytes read + written: per real token and row,
 //                      2 * (recurrent + conv state bytes); ConvStep counts
 //                      weights, state in and out, x and u.
-//   rw_fraction        bytes_per_second / BM_StreamReadWrite of this process
-//   inplace_fraction   bytes_per_second / BM_StreamReadWriteInPlace
+//   rw_fraction        (cold runs only) bytes_per_second / BM_StreamReadWrite
+//                      of this process
+//   inplace_fraction   (cold runs only) bytes_per_second /
+//                      BM_StreamReadWriteInPlace: the read+write limit of an
+//                      in-place state update
+//   flops              (hot decode and windows) 7 flops per recurrent state
+//                      element and real token: the decay (1), m = S k (2),
+//                      the rank-1 update (2) and y = S q (2); the conv and
+//                      the q/k normalisation are not counted
+//   fma_fraction       flops / BM_PeakFma of the dispatched target
 //   us_per_step        microseconds per Forward call (per token for windows:
 //                      us_per_token); us_per_round for the speculation pair
 //   checkpoint_over_replay  (BM_CheckpointPerToken only) its us_per_round
 //                      over BM_RollbackReplay's of the same target and keep
 // Rates are per CPU second of the process (Google Benchmark's default);
 // run pinned (taskset), where that tracks wall time. The fractions appear
-// only when the stream benchmarks ran earlier in the same process (they are
-// registered first).
+// only when the stream and FMA benchmarks ran earlier in the same process
+// (they are registered first).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -56,6 +65,7 @@
 
 #include <time.h>
 
+#include "bench/limits.h"
 #include "bench/target_scope.h"
 #include "core/cache.h"
 #include "kernels/conv1d.h"
@@ -312,6 +322,30 @@ void BM_StreamReadWriteInPlace(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(bytes));
 }
 
+// Peak FP32 multiply-add rate per target (bench/limits.h), by dispatched
+// target name.
+std::map<std::string, Record>& FmaRecords() {
+  static auto* records = new std::map<std::string, Record>();
+  return *records;
+}
+
+void BM_PeakFma(benchmark::State& state, int64_t target) {
+  bench::DispatchCheck scope(target, bench::LimitsTargetName, "FmaLoop");
+  if (!scope.Check(state)) return;
+  constexpr size_t kIterations = size_t{1} << 20;
+  const double start = ProcessSeconds();
+  float seed = 0.5f;
+  for (auto _ : state) {
+    double r = bench::FmaLoop(kIterations, seed);
+    benchmark::DoNotOptimize(r);
+    seed += 1.0f;
+  }
+  const double seconds = ProcessSeconds() - start;
+  const double flops = bench::FmaLoopFlops(kIterations) * static_cast<double>(state.iterations());
+  state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
+  if (seconds > 0) FmaRecords()[scope.dispatched()].Add(flops / seconds, seconds);
+}
+
 // ---------------------------------------------------------------------------
 
 bool Failed(benchmark::State& state, const Status& s, const char* what) {
@@ -321,11 +355,13 @@ bool Failed(benchmark::State& state, const Status& s, const char* what) {
   return true;
 }
 
-// Sets bytes_per_second from `bytes` per iteration and the stream fractions.
-void ReportBandwidth(benchmark::State& state, double bytes_per_iteration, double seconds) {
+// Sets bytes_per_second from `bytes` per iteration and, for cold runs, the
+// stream fractions.
+void ReportBandwidth(benchmark::State& state, double bytes_per_iteration, double seconds,
+                     bool cold) {
   const double bytes = bytes_per_iteration * static_cast<double>(state.iterations());
   state.SetBytesProcessed(static_cast<int64_t>(bytes));
-  if (seconds <= 0) return;
+  if (seconds <= 0 || !cold) return;
   const double rate = bytes / seconds;
   if (StreamReadWrite().Median() > 0) {
     state.counters["rw_fraction"] = rate / StreamReadWrite().Median();
@@ -359,7 +395,16 @@ void RunForward(benchmark::State& state, int64_t target, int value_heads, int ro
   const double seconds = ProcessSeconds() - start;
   const double iterations = static_cast<double>(state.iterations());
   ReportBandwidth(state, 2.0 * static_cast<double>(RowStateBytes(shape)) * rows * columns,
-                  seconds);
+                  seconds, cold);
+  if (!cold && seconds > 0) {
+    const double flops = 7.0 * static_cast<double>(shape.RecurrentFloats()) * rows * columns *
+                         iterations;
+    state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
+    const auto fma = FmaRecords().find(scope.dispatched());
+    if (fma != FmaRecords().end() && fma->second.Median() > 0) {
+      state.counters["fma_fraction"] = flops / seconds / fma->second.Median();
+    }
+  }
   state.SetItemsProcessed(static_cast<int64_t>(iterations * rows * columns));
   if (iterations > 0) {
     const double us = 1e6 * seconds / iterations;
@@ -490,7 +535,7 @@ void RunConvStep(benchmark::State& state, int64_t target, size_t channels, size_
   // weights + state read + state written + x + u
   const double bytes =
       static_cast<double>((kernel + 2 * (kernel - 1) + 2) * channels * sizeof(float));
-  ReportBandwidth(state, bytes, seconds);
+  ReportBandwidth(state, bytes, seconds, /*cold=*/false);
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(channels));
   if (state.iterations() > 0) {
@@ -507,6 +552,11 @@ void RegisterAll() {
       ->Unit(benchmark::kMillisecond);
 
   const std::vector<int64_t> targets = testing::AllTargets();
+  for (const int64_t target : targets) {
+    benchmark::RegisterBenchmark((std::string("BM_PeakFma/") + hwy::TargetName(target)).c_str(),
+                                 [target](benchmark::State& state) { BM_PeakFma(state, target); })
+        ->Unit(benchmark::kMillisecond);
+  }
   // Shape outermost, so each cold set is built once and shared by the
   // targets and the hot runs of that shape.
   for (const int value_heads : kValueHeads) {

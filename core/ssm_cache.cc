@@ -85,11 +85,37 @@ const float* SsmCacheBase::RecurrentState(int row) const {
   return Buffer(row, active_[row]) + shape_.ConvFloats();
 }
 
+std::vector<float> SsmCacheBase::RecurrentStateTraceOrder(int row) const {
+  std::vector<float> out(shape_.RecurrentFloats());
+  GatedDeltaStateToTrace(RecurrentState(row), out.data(), shape_.Delta());
+  return out;
+}
+
 uint64_t SsmCacheBase::RowStateHash(int row) const {
   Hasher h;
   h.Bytes(ConvState(row), shape_.ConvFloats() * sizeof(float));
-  h.Bytes(RecurrentState(row), shape_.RecurrentFloats() * sizeof(float));
+  const std::vector<float> recurrent = RecurrentStateTraceOrder(row);
+  h.Bytes(recurrent.data(), recurrent.size() * sizeof(float));
   return h.value();
+}
+
+std::vector<float> SsmCacheBase::StatesTraceOrder() const {
+  std::vector<float> out(state_);
+  const size_t conv = shape_.ConvFloats();
+  for (size_t b = 0; b < static_cast<size_t>(rows_) * 2; ++b) {
+    GatedDeltaStateToTrace(&state_[b * row_floats_ + conv], &out[b * row_floats_ + conv],
+                           shape_.Delta());
+  }
+  return out;
+}
+
+void SsmCacheBase::StatesFromTraceOrder() {
+  const std::vector<float> in(state_);
+  const size_t conv = shape_.ConvFloats();
+  for (size_t b = 0; b < static_cast<size_t>(rows_) * 2; ++b) {
+    GatedDeltaStateFromTrace(&in[b * row_floats_ + conv], &state_[b * row_floats_ + conv],
+                             shape_.Delta());
+  }
 }
 
 Status SsmCacheBase::CheckForward(const ForwardColumns& cols) const {
@@ -114,7 +140,8 @@ void SsmCacheBase::Step(const float* src, float* dst, const float* w, const floa
   if (reference_) {
     ConvStepReference(w, src, dst, x, u, C, static_cast<size_t>(shape_.conv));
     PrepareQueryKeyReference(u, u + hk, q, k, delta);
-    GatedDeltaStepReference(src + conv_floats, dst + conv_floats, q, k, v, gate, beta, y, delta);
+    GatedDeltaStepReferenceKernelOrder(src + conv_floats, dst + conv_floats, q, k, v, gate, beta,
+                                       y, delta);
   } else {
     ConvStep(w, src, dst, x, u, C, static_cast<size_t>(shape_.conv));
     PrepareQueryKey(u, u + hk, q, k, delta);
@@ -144,8 +171,8 @@ void SsmCacheBase::Replay(const float* src, float* dst, const float* rec) {
   ConvShiftState(src, dst, x, C, static_cast<size_t>(shape_.conv));
   float* y = scratch_.data() + C + 2 * hk;  // discarded
   if (reference_) {
-    GatedDeltaStepReference(src + conv_floats, dst + conv_floats, q, k, v, gate, beta, y,
-                            shape_.Delta());
+    GatedDeltaStepReferenceKernelOrder(src + conv_floats, dst + conv_floats, q, k, v, gate, beta,
+                                       y, shape_.Delta());
   } else {
     GatedDeltaStep(src + conv_floats, dst + conv_floats, q, k, v, gate, beta, y, shape_.Delta());
   }

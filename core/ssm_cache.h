@@ -2,8 +2,10 @@
 // BatchedSsmCache ("batched_ssm").
 //
 // State per row: the causal-conv state [K-1][C] (the last K - 1 pre-conv
-// inputs of every channel, oldest first) and the recurrent state
-// [Hv][dv][dk], fp32. Channels C = 2*Hk*dk + Hv*dv: the q part, the k part
+// inputs of every channel, oldest first) and the recurrent state, fp32,
+// kept in the gated delta kernel's order [Hv][dk][dv] (kernels/gated_delta.h;
+// each head transposed). Whatever leaves the cache (RowStateHash,
+// RecurrentStateTraceOrder, the codec) is in TRACE.md's order [Hv][dv][dk]. Channels C = 2*Hk*dk + Hv*dv: the q part, the k part
 // (key head kh owns kh*dk .. kh*dk+dk-1 of each), then the v part. Padding
 // columns leave both states unchanged. The state does not grow:
 // bytesPerToken() is 0; the cache is never trimmable.
@@ -122,8 +124,11 @@ class SsmCacheBase : public Cache {
 
   // The row's current states.
   const float* ConvState(int row) const;       // [K-1][C]
-  const float* RecurrentState(int row) const;  // [Hv][dv][dk]
-  // FNV-1a 64 over the row's conv state bytes, then its recurrent state bytes.
+  const float* RecurrentState(int row) const;  // kernel order [Hv][dk][dv]
+  // A copy of the row's recurrent state in trace order [Hv][dv][dk].
+  std::vector<float> RecurrentStateTraceOrder(int row) const;
+  // FNV-1a 64 over the row's conv state bytes, then its recurrent state bytes
+  // in trace order.
   uint64_t RowStateHash(int row) const;
 
   // Batch lifecycle building blocks (used by core/batch.h); refused rounds
@@ -157,6 +162,10 @@ class SsmCacheBase : public Cache {
   // Replays one recorded token (layout of Step's record).
   void Replay(const float* src, float* dst, const float* rec);
   size_t RecordFloats() const;
+  // state_ with every buffer's recurrent state in trace order (the codec's
+  // format), and the reverse conversion of state_ in place.
+  std::vector<float> StatesTraceOrder() const;
+  void StatesFromTraceOrder();
 
   int rows_;
   SsmShape shape_;

@@ -8,11 +8,23 @@
 // PrepareQueryKey: L2-normalised per key head (x / sqrt(sum x^2 + eps)),
 // q then scaled by 1/sqrt(dk).
 //
-// GatedDeltaStep is the Highway version (one pass over S per head: decay,
-// m, update and y row by row); GatedDeltaStepReference the scalar
-// definition. Each applies the same arithmetic to every token whatever the
-// batch, window length or position, so a window of T tokens, T single steps
-// and a rollback replay end in byte-identical states on one target.
+// Two byte orders of a state [Hv] x [dv][dk]:
+// - trace order [Hv][dv][dk] (S[h][i][j] at (h*dv + i)*dk + j): TRACE.md's
+//   order, the one hashed, persisted and shown;
+// - kernel order [Hv][dk][dv] (S[h][i][j] at (h*dk + j)*dv + i): each head
+//   transposed, the order GatedDeltaStep and the recurrent caches keep.
+// GatedDeltaStateToTrace / FromTrace convert between them.
+//
+// GatedDeltaStep is the Highway version, on kernel order: per head and block
+// of dv columns, one pass computes m = S (g k) and y' = S (g q) with
+// vertical accumulators (no horizontal reductions), then
+// y = y' + delta (k . q) and a second pass over the same block (in cache)
+// writes S' = g S + k delta^T. GatedDeltaStepReference is the scalar
+// definition, on trace order; GatedDeltaStepReferenceKernelOrder the same
+// code on kernel order. Each applies the same arithmetic to every token
+// whatever the batch, window length, position or split of the heads across
+// calls, so a window of T tokens, T single steps and a rollback replay end
+// in byte-identical states on one target.
 //
 // Tolerance (tested per target): for states and outputs after a few tokens,
 // |Highway - reference| <= kGatedDeltaTolerance * (1 + |reference|).
@@ -39,14 +51,31 @@ void PrepareQueryKey(const float* q_raw, const float* k_raw, float* q, float* k,
 void PrepareQueryKeyReference(const float* q_raw, const float* k_raw, float* q, float* k,
                               const GatedDeltaShape& shape);
 
-// state_in, state_out: [Hv][dv][dk] (may be equal). q, k: [Hk][dk]
-// prepared; v: [Hv][dv]; g: [Hv] or [Hv][dk]; beta: [Hv]; y: [Hv][dv].
+// state_in, state_out: Hv*dv*dk floats (may be equal), kernel order for
+// GatedDeltaStep and GatedDeltaStepReferenceKernelOrder, trace order for
+// GatedDeltaStepReference. q, k: [Hk][dk] prepared; v: [Hv][dv]; g: [Hv] or
+// [Hv][dk]; beta: [Hv]; y: [Hv][dv].
 void GatedDeltaStep(const float* state_in, float* state_out, const float* q, const float* k,
                     const float* v, const float* g, const float* beta, float* y,
                     const GatedDeltaShape& shape);
 void GatedDeltaStepReference(const float* state_in, float* state_out, const float* q,
                              const float* k, const float* v, const float* g,
                              const float* beta, float* y, const GatedDeltaShape& shape);
+void GatedDeltaStepReferenceKernelOrder(const float* state_in, float* state_out,
+                                        const float* q, const float* k, const float* v,
+                                        const float* g, const float* beta, float* y,
+                                        const GatedDeltaShape& shape);
+
+// Byte-order conversions of a whole state (Hv*dv*dk floats; in and out must
+// not overlap).
+void GatedDeltaStateToTrace(const float* kernel_order, float* trace_order,
+                            const GatedDeltaShape& shape);
+void GatedDeltaStateFromTrace(const float* trace_order, float* kernel_order,
+                              const GatedDeltaShape& shape);
+// Index of S[h][i][j] (i < dv, j < dk) in kernel order.
+inline size_t GatedDeltaKernelIndex(const GatedDeltaShape& s, size_t h, size_t i, size_t j) {
+  return (h * s.dk + j) * s.dv + i;
+}
 
 // The Highway target GatedDeltaStep dispatches to now.
 const char* GatedDeltaTargetName();

@@ -27,30 +27,75 @@ void PrepareQueryKeyReference(const float* q_raw, const float* k_raw, float* q, 
   }
 }
 
-void GatedDeltaStepReference(const float* state_in, float* state_out, const float* q,
-                             const float* k, const float* v, const float* g,
-                             const float* beta, float* y, const GatedDeltaShape& shape) {
+namespace {
+
+// The definition, for a state whose S[h][i][j] is at index(h, i, j).
+template <class Index>
+void StepReference(const float* state_in, float* state_out, const float* q, const float* k,
+                   const float* v, const float* g, const float* beta, float* y,
+                   const GatedDeltaShape& shape, Index index) {
   const size_t dk = shape.dk, dv = shape.dv;
   const size_t group = shape.value_heads / shape.key_heads;
   for (size_t h = 0; h < shape.value_heads; ++h) {
     const float* kh = k + (h / group) * dk;
     const float* qh = q + (h / group) * dk;
     for (size_t i = 0; i < dv; ++i) {
-      const float* in = state_in + (h * dv + i) * dk;
-      float* out = state_out + (h * dv + i) * dk;
       float m = 0.0f;
       for (size_t j = 0; j < dk; ++j) {
         const float gate = shape.gate_per_lane ? g[h * dk + j] : g[h];
-        out[j] = gate * in[j];
-        m += out[j] * kh[j];
+        const size_t at = index(h, i, j);
+        state_out[at] = gate * state_in[at];
+        m += state_out[at] * kh[j];
       }
       const float delta = beta[h] * (v[h * dv + i] - m);
       float yi = 0.0f;
       for (size_t j = 0; j < dk; ++j) {
-        out[j] = out[j] + delta * kh[j];
-        yi += out[j] * qh[j];
+        const size_t at = index(h, i, j);
+        state_out[at] = state_out[at] + delta * kh[j];
+        yi += state_out[at] * qh[j];
       }
       y[h * dv + i] = yi;
+    }
+  }
+}
+
+}  // namespace
+
+void GatedDeltaStepReference(const float* state_in, float* state_out, const float* q,
+                             const float* k, const float* v, const float* g,
+                             const float* beta, float* y, const GatedDeltaShape& shape) {
+  StepReference(state_in, state_out, q, k, v, g, beta, y, shape,
+                [&shape](size_t h, size_t i, size_t j) { return (h * shape.dv + i) * shape.dk + j; });
+}
+
+void GatedDeltaStepReferenceKernelOrder(const float* state_in, float* state_out,
+                                        const float* q, const float* k, const float* v,
+                                        const float* g, const float* beta, float* y,
+                                        const GatedDeltaShape& shape) {
+  StepReference(state_in, state_out, q, k, v, g, beta, y, shape,
+                [&shape](size_t h, size_t i, size_t j) {
+                  return GatedDeltaKernelIndex(shape, h, i, j);
+                });
+}
+
+void GatedDeltaStateToTrace(const float* kernel_order, float* trace_order,
+                            const GatedDeltaShape& s) {
+  for (size_t h = 0; h < s.value_heads; ++h) {
+    for (size_t i = 0; i < s.dv; ++i) {
+      for (size_t j = 0; j < s.dk; ++j) {
+        trace_order[(h * s.dv + i) * s.dk + j] = kernel_order[GatedDeltaKernelIndex(s, h, i, j)];
+      }
+    }
+  }
+}
+
+void GatedDeltaStateFromTrace(const float* trace_order, float* kernel_order,
+                              const GatedDeltaShape& s) {
+  for (size_t h = 0; h < s.value_heads; ++h) {
+    for (size_t i = 0; i < s.dv; ++i) {
+      for (size_t j = 0; j < s.dk; ++j) {
+        kernel_order[GatedDeltaKernelIndex(s, h, i, j)] = trace_order[(h * s.dv + i) * s.dk + j];
+      }
     }
   }
 }

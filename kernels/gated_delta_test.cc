@@ -1,18 +1,16 @@
-// Unit tests of the gated delta kernel (kernels/gated_delta.h), per Highway
-// target:
+// Unit tests of the gated delta kernel (kernels/gated_delta.h):
 //
-// - GatedDeltaStep is bit-identical to the previous one-row-at-a-time
-//   Highway kernel (kept below, test-only, as the oracle "OldGatedDelta")
-//   for many shapes, including dk = 128 and dk not a multiple of the lanes,
-//   both gate kinds, in place and out of place;
-// - GatedDeltaStep stays within kGatedDeltaTolerance of the scalar
-//   reference over many tokens;
-// - a row's result does not depend on which rows are processed with it:
-//   running the rows of a state through any grouping of calls (dv split
-//   into pieces) gives the same bytes as one call.
-//
-// This file is itself compiled once per Highway target (foreach_target) so
-// the old kernel exists for every target the library has.
+// - the state order conversions are inverse transposes with the documented
+//   indexing, and the kernel-order reference is the trace-order reference,
+//   bit for bit;
+// - per Highway target, GatedDeltaStep (kernel order) stays within
+//   kGatedDeltaTolerance of the scalar reference (trace order) over many
+//   tokens, for dk and dv not multiples of the lanes or the column blocks,
+//   dk wider than the kernel's row chunk, both gate kinds;
+// - a head's result does not depend on which heads are processed with it:
+//   any split of the heads (whole key-head groups) into separate calls gives
+//   the same bytes as one call (what a split across threads relies on);
+// - same inputs, same bits: in place and out of place.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -20,91 +18,14 @@
 #include <string>
 #include <vector>
 
-#include "kernels/gated_delta.h"
-
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/gated_delta_test.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace kvspec_test_old {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-
-// The gated delta kernel as it was before the rewrite, verbatim.
-void OldGatedDeltaStepImpl(const float* state_in, float* state_out, const float* HWY_RESTRICT q,
-                           const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
-                           const float* HWY_RESTRICT g, const float* HWY_RESTRICT beta,
-                           float* HWY_RESTRICT y, const kvspec::GatedDeltaShape& shape) {
-  const hn::ScalableTag<float> d;
-  const size_t N = hn::Lanes(d);
-  const size_t dk = shape.dk, dv = shape.dv;
-  const size_t group = shape.value_heads / shape.key_heads;
-  for (size_t h = 0; h < shape.value_heads; ++h) {
-    const float* kh = k + (h / group) * dk;
-    const float* qh = q + (h / group) * dk;
-    const float* gh = shape.gate_per_lane ? g + h * dk : nullptr;
-    const auto gs = hn::Set(d, shape.gate_per_lane ? 1.0f : g[h]);
-    const float b = beta[h];
-    for (size_t i = 0; i < dv; ++i) {
-      const float* in = state_in + (h * dv + i) * dk;
-      float* out = state_out + (h * dv + i) * dk;
-      auto acc = hn::Zero(d);
-      size_t j = 0;
-      for (; j + N <= dk; j += N) {
-        const auto gv = gh ? hn::LoadU(d, gh + j) : gs;
-        const auto row = hn::Mul(gv, hn::LoadU(d, in + j));
-        hn::StoreU(row, d, out + j);
-        acc = hn::MulAdd(row, hn::LoadU(d, kh + j), acc);
-      }
-      float m = hn::GetLane(hn::SumOfLanes(d, acc));
-      for (; j < dk; ++j) {
-        out[j] = (gh ? gh[j] : g[h]) * in[j];
-        m += out[j] * kh[j];
-      }
-      const float delta = b * (v[h * dv + i] - m);
-      const auto dvec = hn::Set(d, delta);
-      auto yacc = hn::Zero(d);
-      j = 0;
-      for (; j + N <= dk; j += N) {
-        const auto row = hn::MulAdd(dvec, hn::LoadU(d, kh + j), hn::LoadU(d, out + j));
-        hn::StoreU(row, d, out + j);
-        yacc = hn::MulAdd(row, hn::LoadU(d, qh + j), yacc);
-      }
-      float yi = hn::GetLane(hn::SumOfLanes(d, yacc));
-      for (; j < dk; ++j) {
-        out[j] = out[j] + delta * kh[j];
-        yi += out[j] * qh[j];
-      }
-      y[h * dv + i] = yi;
-    }
-  }
-}
-
-}  // namespace HWY_NAMESPACE
-}  // namespace kvspec_test_old
-HWY_AFTER_NAMESPACE();
-
-#if HWY_ONCE
 #include <gtest/gtest.h>
 
+#include "kernels/gated_delta.h"
 #include "kernels/test_random.h"
 #include "testing/target_params.h"
 
-namespace kvspec_test_old {
-HWY_EXPORT(OldGatedDeltaStepImpl);
-}  // namespace kvspec_test_old
-
 namespace kvspec {
 namespace {
-
-void OldGatedDeltaStep(const float* state_in, float* state_out, const float* q, const float* k,
-                       const float* v, const float* g, const float* beta, float* y,
-                       const GatedDeltaShape& shape) {
-  HWY_DYNAMIC_DISPATCH(kvspec_test_old::OldGatedDeltaStepImpl)
-  (state_in, state_out, q, k, v, g, beta, y, shape);
-}
 
 using kernel_test::Rand;
 
@@ -135,9 +56,10 @@ GatedDeltaShape RandomShape(Rand* r) {
   GatedDeltaShape s;
   s.key_heads = r->Int(1, 3);
   s.value_heads = s.key_heads * r->Int(1, 3);
-  static const size_t kDks[] = {1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 100, 128, 130};
+  static const size_t kDks[] = {1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 100, 128, 130, 257};
   s.dk = r->Int(0, 3) == 0 ? r->Int(1, 140) : kDks[r->Int(0, sizeof(kDks) / sizeof(kDks[0]) - 1)];
-  s.dv = r->Int(0, 3) == 0 ? 128 : r->Int(1, 21);
+  static const size_t kDvs[] = {1, 5, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128, 129, 130};
+  s.dv = r->Int(0, 3) == 0 ? r->Int(1, 21) : kDvs[r->Int(0, sizeof(kDvs) / sizeof(kDvs[0]) - 1)];
   s.gate_per_lane = r->Int(0, 2) == 0;
   return s;
 }
@@ -148,37 +70,54 @@ std::string Describe(const GatedDeltaShape& s) {
          (s.gate_per_lane ? " per-lane gate" : " per-head gate");
 }
 
-class GatedDeltaTargets : public ::testing::TestWithParam<int64_t> {};
-
-TEST_P(GatedDeltaTargets, IsBitIdenticalToOldKernel) {
-  testing::TargetScope scope(GetParam());
-  Rand r(1234);
-  for (int trial = 0; trial < 150; ++trial) {
+TEST(GatedDeltaOrder, ConversionsTransposeEachHead) {
+  Rand r(5);
+  for (int trial = 0; trial < 50; ++trial) {
     const GatedDeltaShape s = RandomShape(&r);
     const size_t n = s.value_heads * s.dv * s.dk;
-    std::vector<float> state(n);
-    r.Fill(&state, -1, 1);
-    const bool in_place = trial % 2 == 0;
-    std::vector<float> a = state, b = state, a_out(n), b_out(n);
-    const int tokens = static_cast<int>(r.Int(1, 6));
-    for (int t = 0; t < tokens; ++t) {
-      const DeltaToken tok = MakeDeltaToken(s, &r);
-      std::vector<float> ya(s.value_heads * s.dv, -7.0f), yb(ya.size(), 7.0f);
-      GatedDeltaStep(a.data(), in_place ? a.data() : a_out.data(), tok.q.data(), tok.k.data(),
-                     tok.v.data(), tok.g.data(), tok.beta.data(), ya.data(), s);
-      OldGatedDeltaStep(b.data(), in_place ? b.data() : b_out.data(), tok.q.data(), tok.k.data(),
-                        tok.v.data(), tok.g.data(), tok.beta.data(), yb.data(), s);
-      if (!in_place) {
-        a.swap(a_out);
-        b.swap(b_out);
+    std::vector<float> trace(n), kernel(n, -1.0f), back(n, -2.0f);
+    for (size_t e = 0; e < n; ++e) trace[e] = static_cast<float>(e);
+    GatedDeltaStateFromTrace(trace.data(), kernel.data(), s);
+    for (size_t h = 0; h < s.value_heads; ++h) {
+      for (size_t i = 0; i < s.dv; ++i) {
+        for (size_t j = 0; j < s.dk; ++j) {
+          ASSERT_EQ(kernel[(h * s.dk + j) * s.dv + i], trace[(h * s.dv + i) * s.dk + j])
+              << Describe(s);
+          ASSERT_EQ(GatedDeltaKernelIndex(s, h, i, j), (h * s.dk + j) * s.dv + i);
+        }
       }
-      ASSERT_EQ(0, std::memcmp(ya.data(), yb.data(), ya.size() * sizeof(float)))
-          << Describe(s) << " token " << t;
-      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), n * sizeof(float)))
-          << Describe(s) << " token " << t;
+    }
+    GatedDeltaStateToTrace(kernel.data(), back.data(), s);
+    ASSERT_EQ(trace, back) << Describe(s);
+  }
+}
+
+TEST(GatedDeltaOrder, KernelOrderReferenceIsTheReference) {
+  Rand r(6);
+  for (int trial = 0; trial < 60; ++trial) {
+    const GatedDeltaShape s = RandomShape(&r);
+    const size_t n = s.value_heads * s.dv * s.dk;
+    std::vector<float> trace(n), kernel(n), as_trace(n);
+    r.Fill(&trace, -1, 1);
+    GatedDeltaStateFromTrace(trace.data(), kernel.data(), s);
+    for (int t = 0; t < 3; ++t) {
+      const DeltaToken tok = MakeDeltaToken(s, &r);
+      std::vector<float> y(s.value_heads * s.dv, 1.0f), y_kernel(y.size(), -1.0f);
+      GatedDeltaStepReference(trace.data(), trace.data(), tok.q.data(), tok.k.data(),
+                              tok.v.data(), tok.g.data(), tok.beta.data(), y.data(), s);
+      GatedDeltaStepReferenceKernelOrder(kernel.data(), kernel.data(), tok.q.data(),
+                                         tok.k.data(), tok.v.data(), tok.g.data(),
+                                         tok.beta.data(), y_kernel.data(), s);
+      GatedDeltaStateToTrace(kernel.data(), as_trace.data(), s);
+      ASSERT_EQ(0, std::memcmp(y.data(), y_kernel.data(), y.size() * sizeof(float)))
+          << Describe(s);
+      ASSERT_EQ(0, std::memcmp(trace.data(), as_trace.data(), n * sizeof(float)))
+          << Describe(s);
     }
   }
 }
+
+class GatedDeltaTargets : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(GatedDeltaTargets, WithinToleranceOfReference) {
   testing::TargetScope scope(GetParam());
@@ -186,9 +125,9 @@ TEST_P(GatedDeltaTargets, WithinToleranceOfReference) {
   for (int trial = 0; trial < 80; ++trial) {
     const GatedDeltaShape s = RandomShape(&r);
     const size_t n = s.value_heads * s.dv * s.dk;
-    std::vector<float> state(n);
-    r.Fill(&state, -1, 1);
-    std::vector<float> ref = state;
+    std::vector<float> ref(n), state(n), as_trace(n);
+    r.Fill(&ref, -1, 1);
+    GatedDeltaStateFromTrace(ref.data(), state.data(), s);
     for (int t = 0; t < 8; ++t) {
       const DeltaToken tok = MakeDeltaToken(s, &r);
       std::vector<float> y(s.value_heads * s.dv), y_ref(y.size());
@@ -200,21 +139,26 @@ TEST_P(GatedDeltaTargets, WithinToleranceOfReference) {
         ASSERT_LE(std::fabs(y[i] - y_ref[i]), kGatedDeltaTolerance * (1 + std::fabs(y_ref[i])))
             << Describe(s) << " token " << t << " y " << i;
       }
+      GatedDeltaStateToTrace(state.data(), as_trace.data(), s);
       for (size_t i = 0; i < n; ++i) {
-        ASSERT_LE(std::fabs(state[i] - ref[i]), kGatedDeltaTolerance * (1 + std::fabs(ref[i])))
-            << Describe(s) << " token " << t << " state " << i;
+        ASSERT_LE(std::fabs(as_trace[i] - ref[i]), kGatedDeltaTolerance * (1 + std::fabs(ref[i])))
+            << Describe(s) << " token " << t << " state (trace order) " << i;
       }
     }
   }
 }
 
-// Rows [i0, i1) of every head as their own call (value_heads = 1 each).
-TEST_P(GatedDeltaTargets, RowsDoNotDependOnGrouping) {
+// Runs of whole key-head groups as their own calls.
+TEST_P(GatedDeltaTargets, HeadsDoNotDependOnGrouping) {
   testing::TargetScope scope(GetParam());
   Rand r(4321);
   for (int trial = 0; trial < 100; ++trial) {
     GatedDeltaShape s = RandomShape(&r);
-    const size_t n = s.value_heads * s.dv * s.dk;
+    s.key_heads = r.Int(1, 4);
+    s.value_heads = s.key_heads * r.Int(1, 3);
+    const size_t group = s.value_heads / s.key_heads;
+    const size_t head = s.dv * s.dk;
+    const size_t n = s.value_heads * head;
     std::vector<float> whole(n);
     r.Fill(&whole, -1, 1);
     std::vector<float> pieces = whole;
@@ -223,21 +167,18 @@ TEST_P(GatedDeltaTargets, RowsDoNotDependOnGrouping) {
       std::vector<float> y(s.value_heads * s.dv), y_pieces(y.size());
       GatedDeltaStep(whole.data(), whole.data(), tok.q.data(), tok.k.data(), tok.v.data(),
                      tok.g.data(), tok.beta.data(), y.data(), s);
-      const size_t group = s.value_heads / s.key_heads;
-      for (size_t h = 0; h < s.value_heads; ++h) {
-        const size_t kh = h / group;
-        const float* g = tok.g.data() + (s.gate_per_lane ? h * s.dk : h);
-        for (size_t i0 = 0; i0 < s.dv;) {
-          const size_t i1 = std::min(s.dv, i0 + r.Int(1, 7));
-          GatedDeltaShape part = s;
-          part.value_heads = part.key_heads = 1;
-          part.dv = i1 - i0;
-          float* st = pieces.data() + (h * s.dv + i0) * s.dk;
-          GatedDeltaStep(st, st, tok.q.data() + kh * s.dk, tok.k.data() + kh * s.dk,
-                         tok.v.data() + h * s.dv + i0, g, tok.beta.data() + h,
-                         y_pieces.data() + h * s.dv + i0, part);
-          i0 = i1;
-        }
+      for (size_t k0 = 0; k0 < s.key_heads;) {
+        const size_t k1 = std::min(s.key_heads, k0 + r.Int(1, 3));
+        GatedDeltaShape part = s;
+        part.key_heads = k1 - k0;
+        part.value_heads = part.key_heads * group;
+        const size_t h0 = k0 * group;
+        float* st = pieces.data() + h0 * head;
+        GatedDeltaStep(st, st, tok.q.data() + k0 * s.dk, tok.k.data() + k0 * s.dk,
+                       tok.v.data() + h0 * s.dv,
+                       tok.g.data() + (s.gate_per_lane ? h0 * s.dk : h0), tok.beta.data() + h0,
+                       y_pieces.data() + h0 * s.dv, part);
+        k0 = k1;
       }
       ASSERT_EQ(0, std::memcmp(y.data(), y_pieces.data(), y.size() * sizeof(float)))
           << Describe(s);
@@ -245,7 +186,6 @@ TEST_P(GatedDeltaTargets, RowsDoNotDependOnGrouping) {
     }
   }
 }
-
 // Same inputs, same bits: repeated calls, in place or not.
 TEST_P(GatedDeltaTargets, IsDeterministicInAndOutOfPlace) {
   testing::TargetScope scope(GetParam());
@@ -270,4 +210,3 @@ KVSPEC_FOR_EACH_TARGET(GatedDeltaTargets);
 
 }  // namespace
 }  // namespace kvspec
-#endif  // HWY_ONCE

@@ -287,9 +287,11 @@ TEST_P(SsmTargets, KernelsMatchScalarReferences) {
     // Several tokens of the recurrence from a random state.
     const GatedDeltaShape d = s.Delta();
     const size_t hk = d.key_heads * d.dk;
-    std::vector<float> S(s.RecurrentFloats());
-    v.Fill(S.data(), S.size());
-    std::vector<float> S_ref = S;
+    // S_ref in trace order for the reference, S the same state in the
+    // Highway kernel's order (kernels/gated_delta.h).
+    std::vector<float> S_ref(s.RecurrentFloats()), S(S_ref.size()), S_trace(S_ref.size());
+    v.Fill(S_ref.data(), S_ref.size());
+    GatedDeltaStateFromTrace(S_ref.data(), S.data(), d);
     const int steps = *rc::gen::inRange(1, 5);
     for (int t = 0; t < steps; ++t) {
       std::vector<float> qr(hk), kr(hk), q(hk), k(hk), q_ref(hk), k_ref(hk);
@@ -310,10 +312,13 @@ TEST_P(SsmTargets, KernelsMatchScalarReferences) {
                   ": expected " + std::to_string(y_ref[i]) + " got " + std::to_string(y[i]));
         }
       }
+      GatedDeltaStateToTrace(S.data(), S_trace.data(), d);
       for (size_t i = 0; i < S.size(); ++i) {
-        if (!(std::fabs(S[i] - S_ref[i]) <= kGatedDeltaTolerance * (1 + std::fabs(S_ref[i])))) {
+        if (!(std::fabs(S_trace[i] - S_ref[i]) <=
+              kGatedDeltaTolerance * (1 + std::fabs(S_ref[i])))) {
           RC_FAIL("gated delta target " + target + " state lane " + std::to_string(i) +
-                  ": expected " + std::to_string(S_ref[i]) + " got " + std::to_string(S[i]));
+                  " (trace order): expected " + std::to_string(S_ref[i]) + " got " +
+                  std::to_string(S_trace[i]));
         }
       }
     }

@@ -647,9 +647,17 @@ py::tuple GatedDeltaArrays(FloatArray state, FloatArray q, FloatArray k, FloatAr
   ExpectSize(beta.request(), hv, "beta");
   py::array_t<float> next = NewFloats(sb.shape);
   py::array_t<float> y = NewFloats({static_cast<py::ssize_t>(hv), static_cast<py::ssize_t>(dv)});
-  (reference ? GatedDeltaStepReference : GatedDeltaStep)(state.data(), next.mutable_data(),
-                                                         q.data(), k.data(), v.data(), g.data(),
-                                                         beta.data(), y.mutable_data(), s);
+  if (reference) {
+    GatedDeltaStepReference(state.data(), next.mutable_data(), q.data(), k.data(), v.data(),
+                            g.data(), beta.data(), y.mutable_data(), s);
+  } else {
+    // The Highway kernel keeps its states in kernel order (gated_delta.h).
+    std::vector<float> kernel_order(hv * dv * dk);
+    GatedDeltaStateFromTrace(state.data(), kernel_order.data(), s);
+    GatedDeltaStep(kernel_order.data(), kernel_order.data(), q.data(), k.data(), v.data(),
+                   g.data(), beta.data(), y.mutable_data(), s);
+    GatedDeltaStateToTrace(kernel_order.data(), next.mutable_data(), s);
+  }
   return py::make_tuple(next, y);
 }
 
@@ -788,7 +796,8 @@ void BindLayout(py::module_& m) {
            [](const Layout& l, py::ssize_t layer, int row) {
              const SsmCacheBase& s = Recurrent(l, layer);
              const SsmShape& sh = s.shape();
-             return CopyOut(s.RecurrentState(CheckRow(l, row)), {sh.value_heads, sh.dv, sh.dk});
+             return CopyOut(s.RecurrentStateTraceOrder(CheckRow(l, row)).data(),
+                            {sh.value_heads, sh.dv, sh.dk});
            })
       .def("row_state_hash",
            [](const Layout& l, py::ssize_t layer, int row) {

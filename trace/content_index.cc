@@ -67,7 +67,8 @@ uint64_t StateHash(const SsmCacheBase& cache, int row) {
   const SsmShape& shape = cache.shape();
   WordHasher h;
   h.Floats(cache.ConvState(row), shape.ConvFloats());
-  h.Floats(cache.RecurrentState(row), shape.RecurrentFloats());
+  const std::vector<float> recurrent = cache.RecurrentStateTraceOrder(row);  // TRACE.md order
+  h.Floats(recurrent.data(), recurrent.size());
   return h.value();
 }
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -23,6 +24,7 @@
 
 #include "core/codec/codec.h"
 #include "core/layout.h"
+#include "core/ssm_cache.h"
 #include "trace/runner.h"
 
 namespace kvspec {
@@ -179,6 +181,48 @@ TEST(Codec, CachesSurviveEveryTruncationAndByteChange) {
     }
   }
   EXPECT_EQ(caches, 2 * 2 + 3 * 3 + 4 * 2 + 1 * 3);  // reloads * layers per trace
+}
+
+// The recurrent state is persisted in TRACE.md's order [Hv][dv][dk] (the
+// cache keeps it transposed per head for the kernel): the encoded bytes hold
+// the trace-order state and not the kernel-order one, and a decode restores
+// the kernel order.
+TEST(Codec, RecurrentStatesArePersistedInTraceOrder) {
+  SsmShape s;
+  s.value_heads = 2;
+  s.key_heads = 1;
+  s.dk = 3;
+  s.dv = 5;
+  s.conv = 2;
+  SsmCache cache(s);
+  const size_t C = s.Channels();
+  std::vector<float> w(static_cast<size_t>(s.conv) * C), x(C), gate(2, 0.9f), beta(2, 0.5f);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.01f * static_cast<float>(i % 17) - 0.05f;
+  for (int t = 0; t < 3; ++t) {
+    for (size_t c = 0; c < C; ++c) x[c] = 0.1f * static_cast<float>((c * 7 + t * 3) % 11) - 0.4f;
+    SsmIO io;
+    io.conv_weights = w.data();
+    io.x = x.data();
+    io.gate = gate.data();
+    io.beta = beta.data();
+    ASSERT_TRUE(cache.Forward(ForwardColumns::Dense(1, 1, true), io).ok());
+  }
+  const size_t n = s.RecurrentFloats();
+  const std::vector<float> trace = cache.RecurrentStateTraceOrder(0);
+  const std::string trace_bytes(reinterpret_cast<const char*>(trace.data()), n * sizeof(float));
+  const std::string kernel_bytes(reinterpret_cast<const char*>(cache.RecurrentState(0)),
+                                 n * sizeof(float));
+  ASSERT_NE(trace_bytes, kernel_bytes);
+  std::string bytes;
+  ASSERT_TRUE(EncodeCache(cache, &bytes).ok());
+  EXPECT_NE(bytes.find(trace_bytes), std::string::npos);
+  EXPECT_EQ(bytes.find(kernel_bytes), std::string::npos);
+  std::unique_ptr<Cache> decoded;
+  ASSERT_TRUE(DecodeCache(bytes, &decoded).ok());
+  const auto* back = dynamic_cast<const SsmCache*>(decoded.get());
+  ASSERT_NE(back, nullptr);
+  EXPECT_EQ(0, std::memcmp(back->RecurrentState(0), cache.RecurrentState(0), n * sizeof(float)));
+  EXPECT_EQ(back->RowStateHash(0), cache.RowStateHash(0));
 }
 
 TEST(Codec, RefusesOtherMagicVersionsAndKinds) {

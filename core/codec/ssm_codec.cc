@@ -20,7 +20,7 @@ void CacheCodec::EncodeSsm(const SsmCacheBase& c, Writer& w) {
   w.Value<int32_t>(c.shape_.conv);
   w.Value<uint8_t>(c.shape_.gate_per_lane ? 1 : 0);
   w.Value<int64_t>(c.columns_);
-  w.Vector(c.state_);
+  w.Vector(c.StatesTraceOrder());  // recurrent states in trace order
   w.Vector(c.active_);
   w.Vector(c.next_);
   w.Value<uint8_t>(c.armed_ ? 1 : 0);
@@ -83,6 +83,7 @@ Status CacheCodec::DecodeSsm(Reader& r, bool batched, std::unique_ptr<Cache>* ou
   if (!r.ok()) return r.status();
   const Status invariants = c->CheckInvariants();
   if (!invariants.ok()) return r.Fail(invariants.message()), r.status();
+  c->StatesFromTraceOrder();  // sizes checked by the invariants
   *out = std::move(c);
   return Status::Ok();
 }
