@@ -44,12 +44,14 @@ def verdict(line):
     return None
 
 
-def run(repo, files, env, messages):
+def run(repo, files, env, messages, lenient=False):
     """Verdicts (file -> text) for files, restarting after a crash."""
     out = {}
     todo = list(files)
+    flags = ["--lenient-refusals"] if lenient else []
     while todo:
-        p = subprocess.run([sys.executable, "-m", "kvspec.conform", "--adapter", ADAPTER] + todo,
+        p = subprocess.run([sys.executable, "-m", "kvspec.conform", "--adapter", ADAPTER] + flags +
+                           todo,
                            cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
         for line in p.stdout.splitlines():
@@ -80,6 +82,9 @@ def main():
     ap.add_argument("--check")
     ap.add_argument("--write")
     ap.add_argument("--messages", action="store_true", help="print the runner's lines")
+    ap.add_argument("--lenient", action="store_true",
+                    help="the runner's --lenient-refusals: missing refusals are undone and "
+                    "counted, the trace goes on")
     args = ap.parse_args()
     env = dict(os.environ)
     env["KVSPEC_LLAMA_SETTINGS"] = args.settings
@@ -98,7 +103,7 @@ def main():
         return 1
     files = corpus(args.repo)
     messages = {}
-    got = run(args.repo, files, env, messages)
+    got = run(args.repo, files, env, messages, args.lenient)
     lines = [got[f] for f in files]
     if args.messages:
         for f in files:
@@ -106,7 +111,8 @@ def main():
     if args.write:
         with open(args.write, "w") as fh:
             fh.write("# kvspec corpus verdicts for llama.cpp (engines/llama.cpp/verdicts.py)\n")
-            fh.write("# settings: %s\n" % (args.settings or "defaults"))
+            fh.write("# settings: %s%s\n" % (args.settings or "defaults",
+                                             " (lenient refusals)" if args.lenient else ""))
             fh.write("\n".join(lines) + "\n")
         print("wrote %d verdicts to %s" % (len(lines), args.write))
         return 0

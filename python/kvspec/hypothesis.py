@@ -71,7 +71,7 @@ class Recorder:
     last_failure = None  # (trace text, message) of the last failing run
 
 
-def machine(adapter, kinds=("kv", "rotating")):
+def machine(adapter, kinds=("kv", "rotating"), lenient=False):
     """A RuleBasedStateMachine class driving ``adapter`` (MODULE[:CLASS], a
     class or an instance factory) against kvspec's core."""
     from .adapters.reference import Adapter as Reference
@@ -153,7 +153,7 @@ def machine(adapter, kinds=("kv", "rotating")):
             self.header = header
             try:
                 self.run = conform._Run(self.program(), conform.load_adapter(adapter),
-                                        Reference())
+                                        Reference(), lenient)
                 self.run.run()
             except NotApplicable:
                 if not Machine.found:
@@ -258,12 +258,12 @@ def machine(adapter, kinds=("kv", "rotating")):
 
 
 def run_random(adapter, examples, seed=0, max_steps=20, out=None, database=None,
-               failure_dir=None):
+               failure_dir=None, lenient=False):
     """Runs ``examples`` random programs of at most ``max_steps`` statements.
     Prints progress, the shrunk failing trace (also written to a file) and
     the closing line; returns the number of failures (0 or 1)."""
     out = out or sys.stdout
-    M = machine(adapter)
+    M = machine(adapter, lenient=lenient)
     Recorder.last_failure = None
     db_path = database or os.path.join(os.getcwd(), ".hypothesis", "examples")
     failure_dir = failure_dir or os.getcwd()

@@ -23,11 +23,12 @@ for its rotating layers: llama.cpp keeps one cache for each kind.
 
 Settings that change cache behaviour come from $KVSPEC_LLAMA_SETTINGS, e.g.
 ``swa_full=0,kv_unified=0,n_seq_max=8,n_ubatch=1`` (defaults: swa_full=1,
-kv_unified=1, n_seq_max=16 (a context has max(rows, n_seq_max) sequences), n_ubatch=512,
+kv_unified=1, n_seq_max=4 (a context has max(rows, n_seq_max) sequences), n_ubatch=64,
 n_rs_seq=0).
 """
 
 import ctypes
+import gc
 import os
 import pickle
 import shutil
@@ -43,9 +44,9 @@ from ..errors import NotApplicable, Refused
 
 RELEASE = "v0.4.0"
 LABELS = 512            # probe vocabulary: token ids (labels) per trace run
-CELLS_PER_SEQ = 256     # context cells per sequence
+CELLS_PER_SEQ = 256     # context cells per sequence (positions per row)
 PROBE = 0               # the label of probe decodes (never stored for good)
-DEFAULTS = {"swa_full": 1, "kv_unified": 1, "n_seq_max": 16, "n_ubatch": 512, "n_rs_seq": 0,
+DEFAULTS = {"swa_full": 1, "kv_unified": 1, "n_seq_max": 4, "n_ubatch": 64, "n_rs_seq": 0,
             "verbose": 0}
 
 
@@ -243,7 +244,14 @@ class _Labels:
 class Layout:
     """One layout: a llama.cpp context whose sequence r is row r."""
 
+    live = 0  # contexts not yet freed
+
     def __init__(self, shared, rows):
+        # Contexts are freed with their handle; handles in reference cycles
+        # (the runner's closures) wait for Python's cycle collector, which
+        # does not see the contexts' memory: collect when many are alive.
+        if Layout.live > 64:
+            gc.collect()
         self.shared = shared  # the adapter-wide _Shared
         self.rows = rows
         eng = shared.engine
@@ -252,13 +260,19 @@ class Layout:
         if self.n_seq > 64:
             raise NotApplicable("more than 64 sequences")
         self.ctx = eng.lib.kvl_context(shared.model, CELLS_PER_SEQ * self.n_seq, self.n_seq,
-                                       max(512, s["n_ubatch"]), s["n_ubatch"], s["swa_full"],
+                                       max(256, s["n_ubatch"]), s["n_ubatch"], s["swa_full"],
                                        s["kv_unified"], s["n_rs_seq"])
         if not self.ctx:
             raise RuntimeError("llama_init_from_model failed")
-        self._fin = weakref.finalize(self, eng.lib.kvl_free, self.ctx)
+        Layout.live += 1
+        self._fin = weakref.finalize(self, Layout._free, eng.lib, self.ctx)
         self.armed = False
         self.verify_start = None
+
+    @staticmethod
+    def _free(lib, ctx):
+        Layout.live -= 1
+        lib.kvl_free(ctx)
 
     def positions(self):
         lib = self.shared.engine.lib
@@ -420,13 +434,17 @@ class Adapter(Base):
         return c
 
     def save(self, h):
-        return pickle.dumps([h.state(r) for r in range(h.rows)])
+        # The engine's per-sequence states, plus the adapter's own round
+        # bookkeeping (where the verify forward began), as an integration
+        # that persists a speculative round would keep it.
+        return pickle.dumps(([h.state(r) for r in range(h.rows)], h.armed, h.verify_start))
 
     def load(self, data, like):
-        states = pickle.loads(data)
+        states, armed, verify_start = pickle.loads(data)
         c = self._new_like(like, len(states))
         for r, s in enumerate(states):
             c.set_state(r, s)
+        c.armed, c.verify_start = armed, verify_start
         return c
 
     # -- observation ------------------------------------------------------------
