@@ -112,3 +112,22 @@ size_t kvl_state_get(void *ctx, unsigned char *dst, size_t size, int seq) {
 size_t kvl_state_set(void *ctx, const unsigned char *src, size_t size, int seq) {
     return llama_state_seq_set_data((struct llama_context *)ctx, src, size, seq);
 }
+
+/* A decode whose only output is each sequence's last token (no copy out):
+ * the usual generation batch, for comparing the engine's split paths. */
+int kvl_decode_last(void *ctxp, int n, const int *tokens, const int *pos, const int *seq) {
+    struct llama_batch b = llama_batch_init(n, 0, 1);
+    for (int i = 0; i < n; i++) {
+        b.token[i] = tokens[i];
+        b.pos[i] = pos[i];
+        b.n_seq_id[i] = 1;
+        b.seq_id[i][0] = seq[i];
+        b.logits[i] = i + 1 == n || seq[i + 1] != seq[i];
+    }
+    b.n_tokens = n;
+    int rc = llama_decode((struct llama_context *)ctxp, b);
+    llama_batch_free(b);
+    return rc;
+}
+
+void kvl_set_embeddings(void *ctx, int on) { llama_set_embeddings((struct llama_context *)ctx, on != 0); }

@@ -555,11 +555,14 @@ def main(argv=None):
     parser.add_argument("--lenient-refusals", action="store_true",
                         help="undo and count an operation the reference refuses and the "
                         "engine accepts, and go on (needs the module)")
+    parser.add_argument("--kinds", default="kv,rotating",
+                        help="random mode: the layer kinds drawn, from kv, rotating, ssm and "
+                        "kv-full (a kv layer without a window)")
     args = parser.parse_args(argv)
     if args.random is not None:
         from . import hypothesis as hyp
         failed = hyp.run_random(args.adapter, args.random, args.seed, args.max_steps,
-                                lenient=args.lenient_refusals)
+                                lenient=args.lenient_refusals, kinds=args.kinds.split(","))
         return 1 if failed else 0
     if not args.files:
         parser.error("no trace files given")

@@ -43,9 +43,12 @@ NAMES = ["b", "c", "d"]
 
 def _layer(kind, i, draw):
     name = "l%d" % i
+    full = kind == "kv-full"  # a kv layer without a window
+    if full:
+        kind = "kv"
     d = {"name": name, "kind": kind, "line": 0, "heads": 1, "qheads": 1, "dim": 4,
          "window": 0, "capacity": 0, "kheads": 1, "dk": 4, "dv": 4, "conv": 4}
-    if kind == "kv":
+    if kind == "kv" and not full:
         d["window"] = draw(st.sampled_from([0, 0, 1, 2, 3]))
     elif kind == "rotating":
         d["window"] = draw(st.integers(1, 4))
@@ -258,12 +261,12 @@ def machine(adapter, kinds=("kv", "rotating"), lenient=False):
 
 
 def run_random(adapter, examples, seed=0, max_steps=20, out=None, database=None,
-               failure_dir=None, lenient=False):
+               failure_dir=None, lenient=False, kinds=("kv", "rotating")):
     """Runs ``examples`` random programs of at most ``max_steps`` statements.
     Prints progress, the shrunk failing trace (also written to a file) and
     the closing line; returns the number of failures (0 or 1)."""
     out = out or sys.stdout
-    M = machine(adapter, lenient=lenient)
+    M = machine(adapter, kinds=tuple(kinds), lenient=lenient)
     Recorder.last_failure = None
     db_path = database or os.path.join(os.getcwd(), ".hypothesis", "examples")
     failure_dir = failure_dir or os.getcwd()

@@ -24,7 +24,14 @@ for its rotating layers: llama.cpp keeps one cache for each kind.
 Settings that change cache behaviour come from $KVSPEC_LLAMA_SETTINGS, e.g.
 ``swa_full=0,kv_unified=0,n_seq_max=8,n_ubatch=1`` (defaults: swa_full=1,
 kv_unified=1, n_seq_max=4 (a context has max(rows, n_seq_max) sequences), n_ubatch=64,
-n_rs_seq=0).
+n_rs_seq=8: recurrent-state snapshots for rollback, used by the recurrent
+probe only).
+
+Recurrent (ssm) layers use a second probe, a qwen35 gated DeltaNet hybrid
+with small seeded random weights (write_recurrent_model): there the token
+ids are the trace's ids, nothing is read from the outputs, and ``expect
+equal`` compares the sequences' llama_state_seq_get_data bytes: integers
+bit for bit, floats within a relative 1e-4 (exact_states=1: every bit).
 """
 
 import ctypes
@@ -46,8 +53,10 @@ RELEASE = "v0.4.0"
 LABELS = 512            # probe vocabulary: token ids (labels) per trace run
 CELLS_PER_SEQ = 256     # context cells per sequence (positions per row)
 PROBE = 0               # the label of probe decodes (never stored for good)
-DEFAULTS = {"swa_full": 1, "kv_unified": 1, "n_seq_max": 4, "n_ubatch": 64, "n_rs_seq": 0,
-            "verbose": 0}
+RECURRENT_VOCAB = 1024  # the recurrent probe's vocabulary (trace ids mod this)
+DEFAULTS = {"swa_full": 1, "kv_unified": 1, "n_seq_max": 4, "n_ubatch": 64, "n_rs_seq": 8,
+            "verbose": 0, "exact_states": 0}
+STATE_TOLERANCE = 1e-4  # relative, as the runner's OUT_TOLERANCE
 
 
 class EngineMissing(RuntimeError):
@@ -151,6 +160,20 @@ class _Engine:
         self.models = {}
         self.cache = cache
 
+    def recurrent_model(self, conv):
+        key = ("recurrent", conv)
+        if key not in self.models:
+            path = os.path.join(self.cache, "probe-qwen35-conv%d-v%d.gguf" % (conv, RECURRENT_VOCAB))
+            if not os.path.isfile(path):
+                tmp = path + ".tmp%d" % os.getpid()
+                write_recurrent_model(tmp, conv, RECURRENT_VOCAB, os.path.join(self.src, "gguf-py"))
+                os.rename(tmp, path)
+            m = self.lib.kvl_model(path.encode())
+            if not m:
+                raise RuntimeError("llama.cpp could not load the probe model %s" % path)
+            self.models[key] = (m, self.lib.kvl_n_embd(m))
+        return self.models[key]
+
     def model(self, layers, window):
         """The probe model for model layers ``layers`` ("full"/"swa") with
         sliding window ``window``: (model pointer, n_embd)."""
@@ -224,6 +247,74 @@ def write_probe_model(path, layers, window, labels, gguf_py):
     w.close()
 
 
+def write_recurrent_model(path, conv, vocab, gguf_py):
+    """Writes the recurrent probe GGUF: qwen35 (gated DeltaNet hybrid), layer
+    0 a gated DeltaNet layer with conv kernel ``conv``, layer 1 full
+    attention, small seeded random weights. Token ids are the trace's ids
+    (mod ``vocab``): equal histories give equal states, and the states are
+    compared bytes for bytes (llama_state_seq_get_data)."""
+    if gguf_py not in sys.path:
+        sys.path.insert(0, gguf_py)
+    import gguf
+    E, D, NK, NV, FF, HEADS, HD = 32, 16, 1, 2, 16, 2, 16
+    key_dim, value_dim = D * NK, D * NV
+    conv_dim = 2 * key_dim + value_dim
+    rng = np.random.default_rng(20261202)
+
+    def rnd(*shape):
+        return (rng.standard_normal(shape) * 0.2).astype(np.float32)
+    w = gguf.GGUFWriter(path, "qwen35")
+    w.add_context_length(1 << 16)
+    w.add_embedding_length(E)
+    w.add_block_count(2)
+    w.add_feed_forward_length(FF)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(1)
+    w.add_key_length(HD)
+    w.add_value_length(HD)
+    w.add_rope_dimension_count(HD)
+    w.add_array("qwen35.rope.dimension_sections", [4, 2, 2, 0])
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_uint32("qwen35.full_attention_interval", 2)
+    w.add_uint32("qwen35.ssm.conv_kernel", conv)
+    w.add_uint32("qwen35.ssm.inner_size", value_dim)
+    w.add_uint32("qwen35.ssm.state_size", D)
+    w.add_uint32("qwen35.ssm.time_step_rank", NV)
+    w.add_uint32("qwen35.ssm.group_count", NK)
+    w.add_vocab_size(vocab)
+    w.add_tokenizer_model("none")
+    w.add_tensor("token_embd.weight", rnd(vocab, E))
+    w.add_tensor("output_norm.weight", np.ones(E, np.float32))
+    for i in range(2):
+        b = "blk.%d." % i
+        w.add_tensor(b + "attn_norm.weight", np.ones(E, np.float32))
+        w.add_tensor(b + "post_attention_norm.weight", np.ones(E, np.float32))
+        if i == 0:
+            w.add_tensor(b + "attn_qkv.weight", rnd(conv_dim, E))
+            w.add_tensor(b + "attn_gate.weight", rnd(value_dim, E))
+            w.add_tensor(b + "ssm_conv1d.weight", rnd(conv_dim, conv))
+            w.add_tensor(b + "ssm_dt.bias", rnd(NV))
+            w.add_tensor(b + "ssm_a", -np.abs(rnd(NV)) - 0.1)
+            w.add_tensor(b + "ssm_beta.weight", rnd(NV, E))
+            w.add_tensor(b + "ssm_alpha.weight", rnd(NV, E))
+            w.add_tensor(b + "ssm_norm.weight", np.ones(D, np.float32))
+            w.add_tensor(b + "ssm_out.weight", rnd(E, value_dim))
+        else:
+            w.add_tensor(b + "attn_q.weight", rnd(HD * HEADS * 2, E))
+            w.add_tensor(b + "attn_k.weight", rnd(HD, E))
+            w.add_tensor(b + "attn_v.weight", rnd(HD, E))
+            w.add_tensor(b + "attn_output.weight", rnd(E, HD * HEADS))
+            w.add_tensor(b + "attn_q_norm.weight", np.ones(HD, np.float32))
+            w.add_tensor(b + "attn_k_norm.weight", np.ones(HD, np.float32))
+        w.add_tensor(b + "ffn_gate.weight", rnd(FF, E))
+        w.add_tensor(b + "ffn_up.weight", rnd(FF, E))
+        w.add_tensor(b + "ffn_down.weight", rnd(E, FF))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 class _Labels:
     """label -> (pos, id), shared by every layout of one trace run."""
 
@@ -241,45 +332,59 @@ class _Labels:
         return label
 
 
-class Layout:
-    """One layout: a llama.cpp context whose sequence r is row r."""
+class _Model:
+    """One probe model standing for some of the trace's layers.
+
+    ``blocks``: trace layer index -> embedding block of its model layer (an
+    attention probe); ``recurrent``: the qwen35 probe (no blocks)."""
+
+    def __init__(self, engine, model, n_embd, blocks, recurrent, labels, settings_):
+        self.engine = engine
+        self.model = model
+        self.n_embd = n_embd
+        self.blocks = blocks
+        self.recurrent = recurrent
+        self.labels = labels
+        self.settings = settings_
+        self.scratch = None
+
+
+class _Part:
+    """One llama.cpp context (of one probe model) whose sequence r is row r."""
 
     live = 0  # contexts not yet freed
 
-    def __init__(self, shared, rows):
+    def __init__(self, m, rows):
         # Contexts are freed with their handle; handles in reference cycles
         # (the runner's closures) wait for Python's cycle collector, which
         # does not see the contexts' memory: collect when many are alive.
-        if Layout.live > 64:
+        if _Part.live > 64:
             gc.collect()
-        self.shared = shared  # the adapter-wide _Shared
-        self.rows = rows
-        eng = shared.engine
-        s = shared.settings
+        self.m = m
+        lib = m.engine.lib
+        s = m.settings
         self.n_seq = max(rows, s["n_seq_max"])
         if self.n_seq > 64:
             raise NotApplicable("more than 64 sequences")
-        self.ctx = eng.lib.kvl_context(shared.model, CELLS_PER_SEQ * self.n_seq, self.n_seq,
-                                       max(256, s["n_ubatch"]), s["n_ubatch"], s["swa_full"],
-                                       s["kv_unified"], s["n_rs_seq"])
+        self.ctx = lib.kvl_context(m.model, CELLS_PER_SEQ * self.n_seq, self.n_seq,
+                                   max(256, s["n_ubatch"]), s["n_ubatch"], s["swa_full"],
+                                   s["kv_unified"], s["n_rs_seq"])
         if not self.ctx:
             raise RuntimeError("llama_init_from_model failed")
-        Layout.live += 1
-        self._fin = weakref.finalize(self, Layout._free, eng.lib, self.ctx)
-        self.armed = False
-        self.verify_start = None
+        _Part.live += 1
+        self._fin = weakref.finalize(self, _Part._free, lib, self.ctx)
 
     @staticmethod
     def _free(lib, ctx):
-        Layout.live -= 1
+        _Part.live -= 1
         lib.kvl_free(ctx)
 
-    def positions(self):
-        lib = self.shared.engine.lib
-        return [lib.kvl_seq_pos_max(self.ctx, r) + 1 for r in range(self.rows)]
+    def positions(self, rows):
+        lib = self.m.engine.lib
+        return [lib.kvl_seq_pos_max(self.ctx, r) + 1 for r in range(rows)]
 
     def state(self, r):
-        lib = self.shared.engine.lib
+        lib = self.m.engine.lib
         n = lib.kvl_state_size(self.ctx, r)
         buf = ctypes.create_string_buffer(n)
         got = lib.kvl_state_get(self.ctx, buf, n, r)
@@ -288,27 +393,62 @@ class Layout:
         return buf.raw
 
     def set_state(self, r, data):
-        lib = self.shared.engine.lib
-        got = lib.kvl_state_set(self.ctx, data, len(data), r)
+        got = self.m.engine.lib.kvl_state_set(self.ctx, data, len(data), r)
         if got == 0:
             raise RuntimeError("llama_state_seq_set_data refused %d bytes for seq %d" % (len(data), r))
 
 
-class _Shared:
-    def __init__(self, engine, model, n_embd, blocks, settings_):
-        self.engine = engine
-        self.model = model
-        self.n_embd = n_embd
-        self.blocks = blocks          # trace layer -> embedding block (None: ssm)
-        self.settings = settings_
-        self.labels = _Labels()
-        self.scratch = None
+class Layout:
+    """One layout: a context per probe model; row r is sequence r in each."""
+
+    def __init__(self, models, rows):
+        self.models = models
+        self.rows = rows
+        self.parts = [_Part(m, rows) for m in models]
+        self.armed = False
+        self.verify_start = None
+
+    def positions(self):
+        """Each row's llama_memory_seq_pos_max + 1; with several contexts
+        (parts) the largest (they agree unless a cache lost positions)."""
+        per = [p.positions(self.rows) for p in self.parts]
+        return [max(col) for col in zip(*per)]
+
+
+def _float_note(a, b):
+    """How far two equally long states are apart, read as float32."""
+    if len(a) != len(b) or len(a) % 4:
+        return ""
+    x = np.frombuffer(a, np.float32).astype(np.float64)
+    y = np.frombuffer(b, np.float32).astype(np.float64)
+    ok = np.isfinite(x) & np.isfinite(y)
+    d = np.abs(x[ok] - y[ok])
+    ne = np.frombuffer(a, np.uint32) != np.frombuffer(b, np.uint32)
+    return ", %d of %d words differ, max |diff| %.3g" % (int(np.sum(ne)), len(x),
+                                                         float(d.max()) if len(d) else 0.0)
+
+
+def _close(a, b):
+    """Two states equal but for float rounding: the same length, every word
+    that is not a normal float32 (integers, flags) bit for bit, the floats
+    within STATE_TOLERANCE. llama.cpp's results depend on how a batch is
+    split (a chunked gated DeltaNet step is not bit for bit the recurrent
+    one), so two schedules of the same history differ in the last bits."""
+    if len(a) != len(b) or len(a) % 4:
+        return False
+    x, y = np.frombuffer(a, np.float32), np.frombuffer(b, np.float32)
+    with np.errstate(all="ignore"):
+        normal = (np.abs(x) >= 1e-30) & (np.abs(y) >= 1e-30) & np.isfinite(x) & np.isfinite(y)
+    if np.any(np.frombuffer(a, np.uint32)[~normal] != np.frombuffer(b, np.uint32)[~normal]):
+        return False
+    xd, yd = x[normal].astype(np.float64), y[normal].astype(np.float64)
+    return bool(np.all(np.abs(xd - yd) <= STATE_TOLERANCE * (1 + np.abs(xd))))
 
 
 class Adapter(Base):
     name = "llama.cpp"
     # llama.cpp has no notion of kvspec's cache kinds, trimmability or bytes
-    # per token, and the probe model computes no trace values.
+    # per token, and the probe models compute no trace values.
     unobserved = frozenset(["kind", "trimmable", "bytes_per_token", "out"])
 
     def __init__(self):
@@ -317,78 +457,95 @@ class Adapter(Base):
 
     # -- construction -------------------------------------------------------
     def create(self, rows, layers):
-        kinds = [l.kind for l in layers]
-        if "ssm" in kinds:
-            raise NotApplicable("recurrent (ssm) layers: the adapter has no gated DeltaNet probe "
-                                "model yet")
-        # A layer with a window (a ring, or a kv layer with window=) is a
-        # gemma3 SWA layer; a windowless kv layer a full-attention one.
-        windows = {l.window for l in layers if l.window}
-        if len(windows) > 1:
-            raise NotApplicable("layers with different windows (a llama.cpp model has one "
-                                "sliding window)")
-        window = windows.pop() if windows else 0
-        has_full = any(not l.window for l in layers)
-        model_layers = (["swa", "full"] if has_full else ["swa"]) if window else ["full"]
-        model, n_embd = self.engine.model(model_layers, window)
-        blocks = [model_layers.index("swa" if l.window else "full") + 1 for l in layers]
-        shared = _Shared(self.engine, model, n_embd, blocks, self.settings)
-        return Layout(shared, rows)
-
-    def _new_like(self, h, rows):
-        return Layout(h.shared, rows)
+        """Groups the trace's layers into probe models: the windowless kv
+        layers and the layers of the first window share one gemma3 model
+        (full + SWA layers: llama.cpp's iswa cache); every further window
+        gets a gemma3 SWA model; the ssm layers of each conv kernel a qwen35
+        gated DeltaNet model."""
+        labels = _Labels()
+        eng = self.engine
+        windows = []
+        for l in layers:
+            if l.kind != "ssm" and l.window and l.window not in windows:
+                windows.append(l.window)
+        full = [i for i, l in enumerate(layers) if l.kind != "ssm" and not l.window]
+        models = []
+        groups = [(windows[0] if windows else 0, True)] + [(w, False) for w in windows[1:]]
+        for w, with_full in groups:
+            swa = [i for i, l in enumerate(layers) if l.kind != "ssm" and w and l.window == w]
+            fl = full if with_full else []
+            if not swa and not fl:
+                continue
+            ml = (["swa"] if swa else []) + (["full"] if fl else [])
+            model, n_embd = eng.model(ml, w)
+            blocks = {i: ml.index("swa") + 1 for i in swa}
+            blocks.update({i: ml.index("full") + 1 for i in fl})
+            models.append(_Model(eng, model, n_embd, blocks, False, labels, self.settings))
+        convs = []
+        for l in layers:
+            if l.kind == "ssm" and l.conv not in convs:
+                convs.append(l.conv)
+        for c in convs:
+            model, n_embd = eng.recurrent_model(c)
+            models.append(_Model(eng, model, n_embd, {}, True, labels, self.settings))
+        return Layout(models, rows)
 
     # -- forwards -----------------------------------------------------------
-    def _decode(self, ctx, tokens, pos, seq, shared):
+    def _decode(self, part, tokens, pos, seq):
         n = len(tokens)
         I = ctypes.c_int * n
-        out = np.zeros((n, shared.n_embd), np.float32)
-        rc = shared.engine.lib.kvl_decode(ctx, n, I(*tokens), I(*pos), I(*seq),
+        out = np.zeros((n, part.m.n_embd), np.float32)
+        rc = part.m.engine.lib.kvl_decode(part.ctx, n, I(*tokens), I(*pos), I(*seq),
                                           out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
         return rc, out
 
-    def _seen(self, shared, emb, block, own):
+    def _seen(self, m, emb, block, own):
         V = LABELS
         part = emb[block * V:(block + 1) * V]
-        labels = np.nonzero(part != 0)[0]
         items = []
-        for lab in labels:
+        for lab in np.nonzero(part != 0)[0]:
             lab = int(lab)
             if lab == PROBE and own == PROBE:
                 continue
-            items.append(shared.labels.items.get(lab, "junk"))
+            items.append(m.labels.items.get(lab, "junk"))
         return items
 
     def forward(self, h, columns, ids, positions, left, right, decode):
-        sh = h.shared
-        tokens, pos, seq, keys = [], [], [], []
-        for r in range(h.rows):
-            for p, ident in zip(positions[r], ids[r]):
-                tokens.append(sh.labels.new(p, ident))
-                pos.append(p)
-                seq.append(r)
-                keys.append((r, p))
         if h.armed and h.verify_start is None:
             h.verify_start = h.positions()
         seen = {}
-        if tokens:
-            rc, out = self._decode(h.ctx, tokens, pos, seq, sh)
+        # Recurrent contexts first: a refusal there leaves the others untouched.
+        for part in sorted(h.parts, key=lambda p: not p.m.recurrent):
+            m = part.m
+            tokens, pos, seq, keys = [], [], [], []
+            for r in range(h.rows):
+                for p, ident in zip(positions[r], ids[r]):
+                    tokens.append(ident % RECURRENT_VOCAB if m.recurrent else m.labels.new(p, ident))
+                    pos.append(p)
+                    seq.append(r)
+                    keys.append((r, p))
+            if not tokens:
+                continue
+            rc, out = self._decode(part, tokens, pos, seq)
             if rc != 0:
                 raise Refused("llama_decode returned %d" % rc)
             for i, (r, p) in enumerate(keys):
-                for li, block in enumerate(sh.blocks):
-                    seen[(li, r, p)] = self._seen(sh, out[i], block, tokens[i])
+                for li, block in m.blocks.items():
+                    seen[(li, r, p)] = self._seen(m, out[i], block, tokens[i])
         return ForwardResult(seen)
 
-    def _rm_tips(self, h, counts):
-        lib = h.shared.engine.lib
-        nxt = h.positions()
-        for r, n in enumerate(counts):
-            if not lib.kvl_seq_rm(h.ctx, r, nxt[r] - n, -1):
-                raise Refused("llama_memory_seq_rm(seq %d, %d, -1) returned false" % (r, nxt[r] - n))
+    def _rm(self, h, starts):
+        """llama_memory_seq_rm(seq r, starts[r], -1) in every context,
+        recurrent ones first (they are the ones that refuse)."""
+        for part in sorted(h.parts, key=lambda p: not p.m.recurrent):
+            lib = part.m.engine.lib
+            for r, p0 in enumerate(starts):
+                if not lib.kvl_seq_rm(part.ctx, r, p0, -1):
+                    raise Refused("llama_memory_seq_rm(seq %d, %d, -1) returned false%s" % (
+                        r, p0, " (recurrent)" if part.m.recurrent else ""))
 
     def trim(self, h, n, bypass):
-        self._rm_tips(h, [n] * h.rows)
+        self._rm(h, [p - n for p in h.positions()])
 
     def arm(self, h):
         h.armed = True
@@ -397,53 +554,48 @@ class Adapter(Base):
     def accept(self, h, keep):
         if h.verify_start is None:
             raise Refused("accept: no verify forward since arm (the adapter's round bookkeeping)")
-        lib = h.shared.engine.lib
-        for r, k in enumerate(keep):
-            p0 = h.verify_start[r] + k
-            if not lib.kvl_seq_rm(h.ctx, r, p0, -1):
-                raise Refused("llama_memory_seq_rm(seq %d, %d, -1) returned false" % (r, p0))
+        self._rm(h, [s + k for s, k in zip(h.verify_start, keep)])
         h.armed = False
         h.verify_start = None
 
     # -- lifecycle ------------------------------------------------------------
-    def _copy_rows(self, src, rows, dst, offset=0):
-        for i, r in enumerate(rows):
-            if src.positions()[r] > 0 or src.shared.engine.lib.kvl_state_size(src.ctx, r):
-                dst.set_state(offset + i, src.state(r))
+    def _layout(self, h, rows, sources):
+        """A new layout of ``rows`` rows; sources: (layout, row) per new row,
+        copied with llama_state_seq_get_data / set_data."""
+        c = Layout(h.models, rows)
+        for dst, (src, r) in enumerate(sources):
+            for pd, ps in zip(c.parts, src.parts):
+                pd.set_state(dst, ps.state(r))
+        return c
 
     def fork(self, h):
-        c = self._new_like(h, h.rows)
-        self._copy_rows(h, range(h.rows), c)
+        c = self._layout(h, h.rows, [(h, r) for r in range(h.rows)])
         c.armed, c.verify_start = h.armed, h.verify_start and list(h.verify_start)
         return c
 
     def filter(self, h, rows):
-        c = self._new_like(h, len(rows))
-        self._copy_rows(h, rows, c)
-        return c
+        return self._layout(h, len(rows), [(h, r) for r in rows])
 
     def join(self, h, other):
-        c = self._new_like(h, h.rows + other.rows)
-        self._copy_rows(h, range(h.rows), c)
-        self._copy_rows(other, range(other.rows), c, h.rows)
-        return c
+        return self._layout(h, h.rows + other.rows,
+                            [(h, r) for r in range(h.rows)] + [(other, r) for r in range(other.rows)])
 
     def extract(self, h, row):
-        c = self._new_like(h, 1)
-        self._copy_rows(h, [row], c)
-        return c
+        return self._layout(h, 1, [(h, row)])
 
     def save(self, h):
         # The engine's per-sequence states, plus the adapter's own round
         # bookkeeping (where the verify forward began), as an integration
         # that persists a speculative round would keep it.
-        return pickle.dumps(([h.state(r) for r in range(h.rows)], h.armed, h.verify_start))
+        return pickle.dumps(([[p.state(r) for p in h.parts] for r in range(h.rows)], h.armed,
+                             h.verify_start))
 
     def load(self, data, like):
         states, armed, verify_start = pickle.loads(data)
-        c = self._new_like(like, len(states))
-        for r, s in enumerate(states):
-            c.set_state(r, s)
+        c = Layout(like.models, len(states))
+        for r, row in enumerate(states):
+            for p, s in zip(c.parts, row):
+                p.set_state(r, s)
         c.armed, c.verify_start = armed, verify_start
         return c
 
@@ -460,22 +612,22 @@ class Adapter(Base):
     def bytes_per_token(self, h, layer):
         raise NotApplicable("the probe model's cache rows are not the trace's")
 
-    def probe(self, h, r):
-        """What a query at row r's next position attends to, per layer: the
-        row's state copied into a scratch context, one probe decode."""
-        sh = h.shared
-        lib = sh.engine.lib
-        if sh.scratch is None:
-            sh.scratch = Layout(sh, 1)
-        sc = sh.scratch
+    def probe(self, part, r, p):
+        """What a query at position p of row r attends to in an attention
+        context, per trace layer: the row's state copied into a scratch
+        context, one probe decode."""
+        m = part.m
+        lib = m.engine.lib
+        if m.scratch is None:
+            m.scratch = _Part(m, 1)
+        sc = m.scratch
         lib.kvl_clear(sc.ctx)
-        sc.set_state(0, h.state(r))
-        p = h.positions()[r]
-        rc, out = self._decode(sc.ctx, [PROBE], [p], [0], sh)
+        sc.set_state(0, part.state(r))
+        rc, out = self._decode(sc, [PROBE], [p], [0])
         lib.kvl_clear(sc.ctx)
         if rc != 0:
             raise RuntimeError("probe decode failed: %d" % rc)
-        return [sorted(self._seen(sh, out[0], b, PROBE), key=str) for b in sh.blocks]
+        return {li: sorted(self._seen(m, out[0], b, PROBE), key=str) for li, b in m.blocks.items()}
 
     def difference(self, a, b):
         if a.rows != b.rows:
@@ -486,8 +638,16 @@ class Adapter(Base):
         for r in range(a.rows):
             if pa[r] == 0:
                 continue
-            sa, sb = self.probe(a, r), self.probe(b, r)
-            for li, (x, y) in enumerate(zip(sa, sb)):
-                if x != y:
-                    return "row %d layer %d: a probe decode sees %s vs %s" % (r, li, x, y)
+            for x, y in zip(a.parts, b.parts):
+                if x.m.recurrent:
+                    xa, xb = x.state(r), y.state(r)
+                    if xa != xb and (self.settings["exact_states"] or not _close(xa, xb)):
+                        return "row %d: llama_state_seq_get_data differs (%d vs %d bytes%s)" % (
+                            r, len(xa), len(xb), _float_note(xa, xb))
+                    continue
+                sa, sb = self.probe(x, r, pa[r]), self.probe(y, r, pa[r])
+                for li in sorted(sa):
+                    if sa[li] != sb[li]:
+                        return "row %d layer %d: a probe decode sees %s vs %s" % (
+                            r, li, sa[li], sb[li])
         return None
