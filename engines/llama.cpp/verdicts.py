@@ -27,6 +27,8 @@ ADAPTER = "kvspec.adapters.llama_cpp"
 def corpus(repo):
     files = sorted(glob.glob(os.path.join(repo, "corpus", "traces", "*.trace")))
     files += sorted(glob.glob(os.path.join(repo, "corpus", "traces", "conformance", "*.trace")))
+    # the minimal traces of the llama.cpp bugs found (docs/engines/llama.cpp.md)
+    files += sorted(glob.glob(os.path.join(repo, "docs", "engines", "llama.cpp-*.trace")))
     return [os.path.relpath(f, repo) for f in files]
 
 
