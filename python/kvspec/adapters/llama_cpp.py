@@ -25,7 +25,11 @@ Settings that change cache behaviour come from $KVSPEC_LLAMA_SETTINGS, e.g.
 ``swa_full=0,kv_unified=0,n_seq_max=8,n_ubatch=1`` (defaults: swa_full=1,
 kv_unified=1, n_seq_max=4 (a context has max(rows, n_seq_max) sequences), n_ubatch=64,
 n_rs_seq=8: recurrent-state snapshots for rollback, used by the recurrent
-probe only).
+probe only; exact_states=0; seq_cp=0: with seq_cp=1 every layout lives in
+one 128-sequence context per attention probe model and fork / filter / join
+/ extract / the equality probes use llama_memory_seq_cp instead of state
+copies; recurrent contexts keep state copies, whose bytes hold
+context-dependent cell metadata).
 
 Recurrent (ssm) layers use a second probe, a qwen35 gated DeltaNet hybrid
 with small seeded random weights (write_recurrent_model): there the token
@@ -55,7 +59,9 @@ CELLS_PER_SEQ = 256     # context cells per sequence (positions per row)
 PROBE = 0               # the label of probe decodes (never stored for good)
 RECURRENT_VOCAB = 1024  # the recurrent probe's vocabulary (trace ids mod this)
 DEFAULTS = {"swa_full": 1, "kv_unified": 1, "n_seq_max": 4, "n_ubatch": 64, "n_rs_seq": 8,
-            "verbose": 0, "exact_states": 0}
+            "verbose": 0, "exact_states": 0, "seq_cp": 0}
+ARENA_SEQS = 128        # sequences of the shared context with seq_cp=1
+ARENA_CELLS = 4096      # its cells (copies share cells)
 STATE_TOLERANCE = 1e-4  # relative, as the runner's OUT_TOLERANCE
 
 
@@ -347,6 +353,37 @@ class _Model:
         self.labels = labels
         self.settings = settings_
         self.scratch = None
+        self.arena = None
+
+
+class _Arena:
+    """seq_cp=1: one context per probe model holding every layout's rows as
+    sequences; fork, filter, join and extract are llama_memory_seq_cp, not
+    state copies."""
+
+    def __init__(self, m):
+        s = m.settings
+        lib = m.engine.lib
+        self.lib = lib
+        self.ctx = lib.kvl_context(m.model, ARENA_CELLS, ARENA_SEQS,
+                                   max(256, s["n_ubatch"]), s["n_ubatch"], s["swa_full"],
+                                   s["kv_unified"], s["n_rs_seq"])
+        if not self.ctx:
+            raise RuntimeError("llama_init_from_model failed")
+        self.free = list(range(ARENA_SEQS - 1, -1, -1))
+
+    def alloc(self, n):
+        if len(self.free) < n:
+            gc.collect()
+        if len(self.free) < n:
+            raise NotApplicable("more than %d live sequences (seq_cp=1)" % ARENA_SEQS)
+        return [self.free.pop() for _ in range(n)]
+
+    @staticmethod
+    def release(arena, seqs):
+        for q in seqs:
+            arena.lib.kvl_seq_rm(arena.ctx, q, -1, -1)
+            arena.free.append(q)
 
 
 class _Part:
@@ -363,6 +400,16 @@ class _Part:
         self.m = m
         lib = m.engine.lib
         s = m.settings
+        if s["seq_cp"] and not m.recurrent:  # recurrent contexts keep state copies
+            if m.arena is None:
+                m.arena = _Arena(m)
+            self.arena = m.arena
+            self.ctx = m.arena.ctx
+            self.seqs = m.arena.alloc(rows)
+            self._fin = weakref.finalize(self, _Arena.release, m.arena, list(self.seqs))
+            return
+        self.arena = None
+        self.seqs = list(range(rows))
         self.n_seq = max(rows, s["n_seq_max"])
         if self.n_seq > 64:
             raise NotApplicable("more than 64 sequences")
@@ -381,19 +428,19 @@ class _Part:
 
     def positions(self, rows):
         lib = self.m.engine.lib
-        return [lib.kvl_seq_pos_max(self.ctx, r) + 1 for r in range(rows)]
+        return [lib.kvl_seq_pos_max(self.ctx, self.seqs[r]) + 1 for r in range(rows)]
 
     def state(self, r):
         lib = self.m.engine.lib
-        n = lib.kvl_state_size(self.ctx, r)
+        n = lib.kvl_state_size(self.ctx, self.seqs[r])
         buf = ctypes.create_string_buffer(n)
-        got = lib.kvl_state_get(self.ctx, buf, n, r)
+        got = lib.kvl_state_get(self.ctx, buf, n, self.seqs[r])
         if got != n:
             raise RuntimeError("llama_state_seq_get_data wrote %d of %d bytes" % (got, n))
         return buf.raw
 
     def set_state(self, r, data):
-        got = self.m.engine.lib.kvl_state_set(self.ctx, data, len(data), r)
+        got = self.m.engine.lib.kvl_state_set(self.ctx, data, len(data), self.seqs[r])
         if got == 0:
             raise RuntimeError("llama_state_seq_set_data refused %d bytes for seq %d" % (len(data), r))
 
@@ -522,7 +569,7 @@ class Adapter(Base):
                 for p, ident in zip(positions[r], ids[r]):
                     tokens.append(ident % RECURRENT_VOCAB if m.recurrent else m.labels.new(p, ident))
                     pos.append(p)
-                    seq.append(r)
+                    seq.append(part.seqs[r])
                     keys.append((r, p))
             if not tokens:
                 continue
@@ -540,7 +587,7 @@ class Adapter(Base):
         for part in sorted(h.parts, key=lambda p: not p.m.recurrent):
             lib = part.m.engine.lib
             for r, p0 in enumerate(starts):
-                if not lib.kvl_seq_rm(part.ctx, r, p0, -1):
+                if not lib.kvl_seq_rm(part.ctx, part.seqs[r], p0, -1):
                     raise Refused("llama_memory_seq_rm(seq %d, %d, -1) returned false%s" % (
                         r, p0, " (recurrent)" if part.m.recurrent else ""))
 
@@ -565,7 +612,10 @@ class Adapter(Base):
         c = Layout(h.models, rows)
         for dst, (src, r) in enumerate(sources):
             for pd, ps in zip(c.parts, src.parts):
-                pd.set_state(dst, ps.state(r))
+                if pd.arena is not None and pd.arena is ps.arena:
+                    pd.m.engine.lib.kvl_seq_cp(pd.ctx, ps.seqs[r], pd.seqs[dst], -1, -1)
+                else:
+                    pd.set_state(dst, ps.state(r))
         return c
 
     def fork(self, h):
@@ -618,6 +668,16 @@ class Adapter(Base):
         context, one probe decode."""
         m = part.m
         lib = m.engine.lib
+        if part.arena is not None:
+            # seq_cp=1: copy the row to a scratch sequence of the same context
+            sc = _Part(m, 1)
+            lib.kvl_seq_cp(part.ctx, part.seqs[r], sc.seqs[0], -1, -1)
+            rc, out = self._decode(sc, [PROBE], [p], [sc.seqs[0]])
+            lib.kvl_seq_rm(sc.ctx, sc.seqs[0], -1, -1)
+            if rc != 0:
+                raise RuntimeError("probe decode failed: %d" % rc)
+            return {li: sorted(self._seen(m, out[0], b, PROBE), key=str)
+                    for li, b in m.blocks.items()}
         if m.scratch is None:
             m.scratch = _Part(m, 1)
         sc = m.scratch
