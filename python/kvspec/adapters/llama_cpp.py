@@ -132,8 +132,14 @@ class _Engine:
             subprocess.run(["git", "clone", "-q", "--no-checkout", bundle, tmp], check=True)
             subprocess.run(["git", "-C", tmp, "-c", "advice.detachedHead=false", "checkout", "-q",
                             "HEAD", "--", "include", "ggml/include", "gguf-py"], check=True)
-            shutil.rmtree(self.src, ignore_errors=True)
-            os.rename(tmp, self.src)
+            try:
+                os.rename(tmp, self.src)  # atomic: a concurrent run may have won
+            except OSError:
+                if not os.path.isfile(os.path.join(self.src, "include", "llama.h")):
+                    shutil.rmtree(self.src, ignore_errors=True)  # a broken earlier attempt
+                    os.rename(tmp, self.src)
+                else:
+                    shutil.rmtree(tmp, ignore_errors=True)
         shim_c = os.path.join(pkg, "shim.c")
         so = os.path.join(cache, "kvspec-llama-shim-%s.so" % RELEASE)
         if not os.path.isfile(so) or os.path.getmtime(so) < os.path.getmtime(shim_c):
