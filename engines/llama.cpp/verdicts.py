@@ -29,6 +29,8 @@ def corpus(repo):
     files += sorted(glob.glob(os.path.join(repo, "corpus", "traces", "conformance", "*.trace")))
     # the minimal traces of the llama.cpp bugs found (docs/engines/llama.cpp.md)
     files += sorted(glob.glob(os.path.join(repo, "docs", "engines", "llama.cpp-*.trace")))
+    # the shrunk failures of the random mode (same document)
+    files += sorted(glob.glob(os.path.join(repo, "docs", "engines", "llama.cpp-random", "*.trace")))
     return [os.path.relpath(f, repo) for f in files]
 
 

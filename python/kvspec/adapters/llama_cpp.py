@@ -170,6 +170,8 @@ class _Engine:
         if lib.kvl_init(self.bins.encode(), settings()["verbose"]) != 0:
             raise EngineMissing("llama.cpp found no backend in %s" % self.bins)
         self.models = {}
+        self.arenas = {}
+        self.scratch = {}
         self.cache = cache
 
     def recurrent_model(self, conv):
@@ -408,7 +410,11 @@ class _Part:
         s = m.settings
         if s["seq_cp"] and not m.recurrent:  # recurrent contexts keep state copies
             if m.arena is None:
-                m.arena = _Arena(m)
+                # one arena per probe model and process, shared by trace runs
+                key = (m.model, tuple(sorted(s.items())))
+                if key not in m.engine.arenas:
+                    m.engine.arenas[key] = _Arena(m)
+                m.arena = m.engine.arenas[key]
             self.arena = m.arena
             self.ctx = m.arena.ctx
             self.seqs = m.arena.alloc(rows)
@@ -685,7 +691,11 @@ class Adapter(Base):
             return {li: sorted(self._seen(m, out[0], b, PROBE), key=str)
                     for li, b in m.blocks.items()}
         if m.scratch is None:
-            m.scratch = _Part(m, 1)
+            # one scratch context per probe model and process
+            key = (m.model, tuple(sorted(m.settings.items())))
+            if key not in m.engine.scratch:
+                m.engine.scratch[key] = _Part(m, 1)
+            m.scratch = m.engine.scratch[key]
         sc = m.scratch
         lib.kvl_clear(sc.ctx)
         sc.set_state(0, part.state(r))
