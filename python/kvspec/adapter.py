@@ -63,6 +63,15 @@ class Adapter:
     #: A short name for reports.
     name = "adapter"
 
+    #: Observations the engine does not have, from "kind", "trimmable",
+    #: "bytes_per_token" and "out" (an engine that is not kvspec has no
+    #: kvspec cache kinds; a probe model computes no trace values). The
+    #: runner neither calls nor compares them, and counts each ``expect``
+    #: line of them as not compared ("pass FILE (not compared: ...)")
+    #: instead of checking it. Refusals, what queries saw, positions and
+    #: ``expect equal`` are always compared.
+    unobserved = frozenset()
+
     # -- construction -------------------------------------------------------
     def create(self, rows, layers):
         """A new layout of ``rows`` batch rows with these layers (the trace

@@ -43,9 +43,12 @@ NAMES = ["b", "c", "d"]
 
 def _layer(kind, i, draw):
     name = "l%d" % i
+    full = kind == "kv-full"  # a kv layer without a window
+    if full:
+        kind = "kv"
     d = {"name": name, "kind": kind, "line": 0, "heads": 1, "qheads": 1, "dim": 4,
          "window": 0, "capacity": 0, "kheads": 1, "dk": 4, "dv": 4, "conv": 4}
-    if kind == "kv":
+    if kind == "kv" and not full:
         d["window"] = draw(st.sampled_from([0, 0, 1, 2, 3]))
     elif kind == "rotating":
         d["window"] = draw(st.integers(1, 4))
@@ -71,7 +74,7 @@ class Recorder:
     last_failure = None  # (trace text, message) of the last failing run
 
 
-def machine(adapter, kinds=("kv", "rotating")):
+def machine(adapter, kinds=("kv", "rotating"), lenient=False):
     """A RuleBasedStateMachine class driving ``adapter`` (MODULE[:CLASS], a
     class or an instance factory) against kvspec's core."""
     from .adapters.reference import Adapter as Reference
@@ -153,7 +156,7 @@ def machine(adapter, kinds=("kv", "rotating")):
             self.header = header
             try:
                 self.run = conform._Run(self.program(), conform.load_adapter(adapter),
-                                        Reference())
+                                        Reference(), lenient)
                 self.run.run()
             except NotApplicable:
                 if not Machine.found:
@@ -258,12 +261,12 @@ def machine(adapter, kinds=("kv", "rotating")):
 
 
 def run_random(adapter, examples, seed=0, max_steps=20, out=None, database=None,
-               failure_dir=None):
+               failure_dir=None, lenient=False, kinds=("kv", "rotating")):
     """Runs ``examples`` random programs of at most ``max_steps`` statements.
     Prints progress, the shrunk failing trace (also written to a file) and
     the closing line; returns the number of failures (0 or 1)."""
     out = out or sys.stdout
-    M = machine(adapter)
+    M = machine(adapter, kinds=tuple(kinds), lenient=lenient)
     Recorder.last_failure = None
     db_path = database or os.path.join(os.getcwd(), ".hypothesis", "examples")
     failure_dir = failure_dir or os.getcwd()

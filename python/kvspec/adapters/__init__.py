@@ -5,4 +5,6 @@
   DESIGN.md and TRACE.md, the way an engine author would.
 - ``kvspec.adapters.naive_ring``: numpy_cache with a deliberately naive ring
   trim (counters only, even after a wrap), which the runner must catch.
+- ``kvspec.adapters.llama_cpp``: llama.cpp (from npm, engines/llama.cpp)
+  through its C API with generated probe models; docs/engines/llama.cpp.md.
 """
