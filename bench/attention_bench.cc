@@ -54,6 +54,7 @@
 #include <time.h>
 
 #include "bench/limits.h"
+#include "bench/records.h"
 #include "bench/target_scope.h"
 #include "kernels/attention.h"
 #include "core/cache.h"
@@ -65,6 +66,10 @@ extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace kvspec {
 namespace {
+
+using bench::FmaRecords;
+using bench::ProcessSeconds;
+using bench::Record;
 
 // The head shape of every attention benchmark: 8 KV heads, 4 query heads
 // each (a GQA layer of a 7-8B model at head dim 128).
@@ -264,42 +269,10 @@ void CountWork(const AttentionCase& c, const Shape& shape, double* bytes, double
   *pairs = n;
 }
 
-// ---------------------------------------------------------------------------
-// Limits measured in this process: the median of the runs that lasted at
-// least 0.1 s, else the latest; 0 when the probe has not run.
-struct Record {
-  std::vector<double> rates;
-  double latest = 0;
-  void Add(double rate, double seconds) {
-    latest = rate;
-    if (seconds >= 0.1) rates.push_back(rate);
-  }
-  double Median() const {
-    if (rates.empty()) return latest;
-    std::vector<double> r = rates;
-    std::sort(r.begin(), r.end());
-    return r[r.size() / 2];
-  }
-};
-
 Record& StreamRecord() {
   static Record* record = new Record();
   return *record;
 }
-std::map<std::string, Record>& FmaRecords() {  // by target name
-  static auto* records = new std::map<std::string, Record>();
-  return *records;
-}
-
-// Process CPU time, the clock Google Benchmark divides rates by (no
-// UseRealTime: it would append /real_time to every name). The benchmarks
-// are single-threaded and meant to run pinned, where it tracks wall time.
-double ProcessSeconds() {
-  timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
 const std::vector<uint64_t>& StreamBuffer() {
   WorkingSet& set = Resident();
   if (set.stream.empty()) {
@@ -350,22 +323,6 @@ void BM_StreamReadWrite(benchmark::State& state) {
 
 // ---------------------------------------------------------------------------
 
-void BM_PeakFma(benchmark::State& state, int64_t target) {
-  bench::DispatchCheck scope(target, bench::LimitsTargetName, "FmaLoop");
-  if (!scope.Check(state)) return;
-  constexpr size_t kIterations = size_t{1} << 20;
-  const double start = ProcessSeconds();
-  float seed = 0.5f;
-  for (auto _ : state) {
-    double r = bench::FmaLoop(kIterations, seed);
-    benchmark::DoNotOptimize(r);
-    seed += 1.0f;
-  }
-  const double seconds = ProcessSeconds() - start;
-  const double flops = bench::FmaLoopFlops(kIterations) * static_cast<double>(state.iterations());
-  state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
-  if (seconds > 0) FmaRecords()[scope.dispatched()].Add(flops / seconds, seconds);
-}
 
 // Sets bytes_per_second and items_per_second from the K+V bytes and the
 // attended pairs of one call, and stream_fraction when StreamRead has run.
@@ -529,7 +486,7 @@ void RegisterAll() {
   const std::vector<int64_t> targets = testing::AllTargets();
   for (const int64_t target : targets) {
     benchmark::RegisterBenchmark((std::string("BM_PeakFma/") + hwy::TargetName(target)).c_str(),
-                                 [target](benchmark::State& state) { BM_PeakFma(state, target); })
+                                 [target](benchmark::State& state) { bench::PeakFma(state, target); })
         ->Unit(benchmark::kMillisecond);
   }
 

@@ -66,6 +66,7 @@
 #include <time.h>
 
 #include "bench/limits.h"
+#include "bench/records.h"
 #include "bench/target_scope.h"
 #include "core/cache.h"
 #include "kernels/conv1d.h"
@@ -75,6 +76,10 @@
 
 namespace kvspec {
 namespace {
+
+using bench::FmaRecords;
+using bench::ProcessSeconds;
+using bench::Record;
 
 constexpr int kDim = 128;  // dk = dv
 constexpr int kConvKernel = 4;
@@ -215,37 +220,6 @@ std::vector<float>& StreamBuffer(std::vector<float> WorkingSet::*which) {
   return buffer;
 }
 
-// Process CPU time: the clock Google Benchmark divides its rates by.
-double ProcessSeconds() {
-  timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-// ---------------------------------------------------------------------------
-// A figure measured earlier in this process: the median over the runs that
-// lasted at least 0.1 s (else the latest run), 0 before any run.
-struct Record {
-  std::vector<double> values;
-  double latest = 0;
-
-  void Add(double value, double seconds) {
-    if (seconds <= 0) return;
-    latest = value;
-    if (seconds >= 0.1) values.push_back(value);
-  }
-  // A rate: bytes over the seconds they took.
-  void AddRate(double bytes, double seconds) {
-    if (seconds > 0) Add(bytes / seconds, seconds);
-  }
-  double Median() const {
-    if (values.empty()) return latest;
-    std::vector<double> v = values;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  }
-};
-
 Record& StreamRead() {
   static Record* r = new Record();
   return *r;
@@ -322,29 +296,6 @@ void BM_StreamReadWriteInPlace(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(bytes));
 }
 
-// Peak FP32 multiply-add rate per target (bench/limits.h), by dispatched
-// target name.
-std::map<std::string, Record>& FmaRecords() {
-  static auto* records = new std::map<std::string, Record>();
-  return *records;
-}
-
-void BM_PeakFma(benchmark::State& state, int64_t target) {
-  bench::DispatchCheck scope(target, bench::LimitsTargetName, "FmaLoop");
-  if (!scope.Check(state)) return;
-  constexpr size_t kIterations = size_t{1} << 20;
-  const double start = ProcessSeconds();
-  float seed = 0.5f;
-  for (auto _ : state) {
-    double r = bench::FmaLoop(kIterations, seed);
-    benchmark::DoNotOptimize(r);
-    seed += 1.0f;
-  }
-  const double seconds = ProcessSeconds() - start;
-  const double flops = bench::FmaLoopFlops(kIterations) * static_cast<double>(state.iterations());
-  state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
-  if (seconds > 0) FmaRecords()[scope.dispatched()].Add(flops / seconds, seconds);
-}
 
 // ---------------------------------------------------------------------------
 
@@ -554,7 +505,7 @@ void RegisterAll() {
   const std::vector<int64_t> targets = testing::AllTargets();
   for (const int64_t target : targets) {
     benchmark::RegisterBenchmark((std::string("BM_PeakFma/") + hwy::TargetName(target)).c_str(),
-                                 [target](benchmark::State& state) { BM_PeakFma(state, target); })
+                                 [target](benchmark::State& state) { bench::PeakFma(state, target); })
         ->Unit(benchmark::kMillisecond);
   }
   // Shape outermost, so each cold set is built once and shared by the

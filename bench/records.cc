@@ -1,0 +1,56 @@
+// Limits measured in this process (bench/records.h).
+#include "bench/records.h"
+
+#include <time.h>
+
+#include <algorithm>
+
+#include "bench/limits.h"
+#include "bench/target_scope.h"
+
+namespace kvspec {
+namespace bench {
+
+void Record::Add(double value, double seconds) {
+  if (seconds <= 0) return;
+  latest = value;
+  if (seconds >= 0.1) values.push_back(value);
+}
+
+double Record::Median() const {
+  if (values.empty()) return latest;
+  std::vector<double> v = values;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double ProcessSeconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+std::map<std::string, Record>& FmaRecords() {
+  static auto* records = new std::map<std::string, Record>();
+  return *records;
+}
+
+void PeakFma(benchmark::State& state, int64_t target) {
+  DispatchCheck scope(target, LimitsTargetName, "FmaLoop");
+  if (!scope.Check(state)) return;
+  constexpr size_t kIterations = size_t{1} << 20;
+  const double start = ProcessSeconds();
+  float seed = 0.5f;
+  for (auto _ : state) {
+    double r = FmaLoop(kIterations, seed);
+    benchmark::DoNotOptimize(r);
+    seed += 1.0f;
+  }
+  const double seconds = ProcessSeconds() - start;
+  const double flops = FmaLoopFlops(kIterations) * static_cast<double>(state.iterations());
+  state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
+  if (seconds > 0) FmaRecords()[scope.dispatched()].Add(flops / seconds, seconds);
+}
+
+}  // namespace bench
+}  // namespace kvspec

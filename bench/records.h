@@ -1,0 +1,44 @@
+// Limits measured in the same process as the benchmarks reported against
+// them: a Record per probe (median of the runs that lasted at least 0.1 s),
+// the process CPU clock, and BM_PeakFma/<target>, shared by the suites that
+// report fractions of peak FMA (attention_bench, ssm_bench).
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kvspec {
+namespace bench {
+
+// A figure measured earlier in this process: the median over the runs that
+// lasted at least 0.1 s (else the latest run), 0 before any run.
+struct Record {
+  std::vector<double> values;
+  double latest = 0;
+
+  void Add(double value, double seconds);
+  // A rate: bytes over the seconds they took.
+  void AddRate(double bytes, double seconds) {
+    if (seconds > 0) Add(bytes / seconds, seconds);
+  }
+  double Median() const;
+};
+
+// Process CPU time, the clock Google Benchmark divides rates by (no
+// UseRealTime: it would append /real_time to every name). The benchmarks
+// are single-threaded and meant to run pinned, where it tracks wall time.
+double ProcessSeconds();
+
+// BM_PeakFma's figures by dispatched target name.
+std::map<std::string, Record>& FmaRecords();
+
+// BM_PeakFma/<target>: FmaLoop (bench/limits.h) on `target`, recorded in
+// FmaRecords() under the target it dispatched to.
+void PeakFma(benchmark::State& state, int64_t target);
+
+}  // namespace bench
+}  // namespace kvspec
