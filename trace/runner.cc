@@ -19,6 +19,14 @@ namespace runner_internal {
 Runner::Runner(const Program& program, const RunOptions& options, std::ostream& out,
                std::ostream& err)
     : p_(program), opt_(options), out_(out), err_(err) {
+  for (const Statement& st : p_.body) {
+    // `expect error OP` may wrap an expectation too.
+    for (const Statement* s = &st; s; s = s->op() == Op::kExpectError
+                                              ? std::get<ExpectError>(s->operation).inner.get()
+                                              : nullptr) {
+      if (s->op() == Op::kExpectSees) keep_sees_ = true;
+    }
+  }
   if (opt_.emit) {
     // Expectations the run regenerates are dropped from the echo.
     for (const Statement& st : p_.body) {

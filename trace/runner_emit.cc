@@ -3,6 +3,7 @@
 // by line with the expectations the run regenerates put after the
 // statements that produced them.
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -18,10 +19,21 @@ std::string FormatValue(float v) {
 }
 
 std::string JoinTags(const std::vector<Tag>& tags) {
+  // Formatted in place (a forward can print tens of millions of tags).
   std::string s;
+  s.reserve(tags.size() * 6);
+  char buf[32];
   for (const Tag& t : tags) {
     s += ' ';
-    s += t.ToString();
+    if (t.kind != Tag::kToken) {
+      s += t.ToString();
+      continue;
+    }
+    s.append(buf, std::to_chars(buf, buf + sizeof buf, t.pos).ptr);
+    if (t.id != t.pos) {
+      s += ':';
+      s.append(buf, std::to_chars(buf, buf + sizeof buf, t.id).ptr);
+    }
   }
   return s;
 }

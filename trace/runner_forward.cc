@@ -204,7 +204,7 @@ LastForward Runner::ReadBack(const ForwardColumns& cols, const std::vector<int32
         if (cache) {
           std::vector<Tag> seen = tags->Seen(r, col);
           lines->sees.push_back("sees " + head + JoinTags(seen));
-          last.sees[key] = std::move(seen);
+          if (keep_sees_) last.sees[key] = std::move(seen);
         }
         if (cache && !opt_.values) continue;  // no attention outputs computed
         const float* ov = &buffers.o[l][(r * L + static_cast<size_t>(col)) * per];

@@ -163,6 +163,9 @@ class Runner {
   uint64_t work_ = 0;  // operations so far (runner_budget.cc)
   bool top_level_ = true;  // false while running the OP of `expect error`
   std::set<int> drop_lines_;  // --emit: expectations the run regenerates
+  // Whether any `expect sees` reads a last forward: otherwise the visible
+  // sets are printed but not kept.
+  bool keep_sees_ = false;
   std::map<int, std::vector<std::string>> emit_after_;  // --emit: line -> lines
 };
 
