@@ -120,7 +120,8 @@ class SsmCacheBase : public Cache {
   // The row's current states.
   const float* ConvState(int row) const;       // [K-1][C]
   const float* RecurrentState(int row) const;  // [Hv][dv][dk]
-  // FNV-1a 64 over the row's conv state bytes, then its recurrent state bytes.
+  // Hasher (core/cache.h) over the row's conv state bytes, then its recurrent
+  // state bytes.
   uint64_t RowStateHash(int row) const;
 
   // Batch lifecycle building blocks (used by core/batch.h); refused rounds
