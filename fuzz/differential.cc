@@ -261,6 +261,25 @@ Cost EstimateCost(const trace::Program& program, double max_bytes) {
     }
     const double held = all_columns > 0 ? (all_columns + 16) * 1.5 : 0;
     cost.work = all_layouts * program.rows * held * held * (lanes + 8);
+    if (held > 0) {
+      // A rotating layer allocates its whole ring (its capacity) at its
+      // first forward, and the read-back asks the mask about every slot of
+      // it for every query.
+      double rings = 0;
+      for (const LayerConfig& d : program.layers) {
+        if (d.kind != CacheKind::kRotating || d.RingCapacity() <= held) continue;
+        const double hd = double(d.heads) * d.dim;
+        rings += all_layouts * program.rows * (double(d.RingCapacity()) - held) * (8 * hd + 4);
+        cost.work += all_layouts * program.rows * held * (double(d.RingCapacity()) - held) *
+                     (hd + 8);
+      }
+      cost.storage += rings;
+    }
+    // An `expect error` hashes the whole layout before and after (8 bytes a
+    // step).
+    double refusals = 0;
+    for (const Statement& st : program.body) refusals += st.op() == Op::kExpectError;
+    cost.work += refusals * 2 * cost.storage / 8;
   }
   return cost;
 }
