@@ -3,12 +3,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <strings.h>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "hwy/targets.h"
 #include "kernels/attention.h"
 #include "trace/json.h"
 #include "trace/runner.h"
@@ -23,15 +25,16 @@ const char kUsage[] =
     "\n"
     "commands:\n"
     "  trace FILE...   run traces; see `kvspec trace --help`\n"
-    "  targets         print the Highway target the kernels dispatch to\n"
+    "  targets         print the Highway target the kernels dispatch to and\n"
+    "                  every target this CPU can run (for trace --target)\n"
     "  --help, help    this text\n"
     "\n"
     "exit status: 0 success, 1 a refused operation or failed expectation,\n"
     "2 a syntax error, a limit exceeded, or bad usage.\n";
 
 const char kTraceUsage[] =
-    "usage: kvspec trace [--values] [--emit [--json]] [--reference] [--save-reloads DIR]\n"
-    "                    [--max-memory MIB] [--max-work MOPS] FILE...\n"
+    "usage: kvspec trace [--values] [--emit [--json]] [--reference] [--target NAME]\n"
+    "                    [--save-reloads DIR] [--max-memory MIB] [--max-work MOPS] FILE...\n"
     "\n"
     "Runs each trace file (`-` reads standard input) as written in the trace\n"
     "format, version 1. For each forward it prints, on standard output, one\n"
@@ -42,7 +45,9 @@ const char kTraceUsage[] =
     "\n"
     "options:\n"
     "  --values          also print `out LAYER rR pP: V...` lines (always on\n"
-    "                    when a trace holds an `expect out` line)\n"
+    "                    when a trace holds an `expect out` line); attention\n"
+    "                    outputs are computed only then (without them a\n"
+    "                    forward appends and reads back what each query sees)\n"
     "  --emit            print the trace back instead, with `expect sees` and\n"
     "                    `expect positions` lines (and `expect out` lines\n"
     "                    with --values) filled in from the run\n"
@@ -51,6 +56,10 @@ const char kTraceUsage[] =
     "                    corpus/emitted/ ships for pure-Python runners)\n"
     "  --reference       run the scalar reference kernels instead of the\n"
     "                    Highway ones (outputs within the stated tolerance)\n"
+    "  --target NAME     run the Highway kernels on target NAME (AVX3, AVX2,\n"
+    "                    SSE4, SSSE3, SCALAR, ...; `kvspec targets` lists the\n"
+    "                    ones this CPU runs), as fuzz and property findings\n"
+    "                    name it; default: the best\n"
     "  --save-reloads DIR  write the bytes of every `reload` to\n"
     "                    DIR/FILE.LINE.kvsl (codec seed corpora)\n"
     "  --max-memory MIB  storage budget over all layouts of one trace\n"
@@ -60,8 +69,9 @@ const char kTraceUsage[] =
     "                    each checked before it is allocated; a trace needing\n"
     "                    more stops: exit 2, `FILE:LINE: limit: ... needs N MiB`\n"
     "  --max-work MOPS   work budget of one trace in millions of operations\n"
-    "                    (default 42949, seconds on one core): attention and\n"
-    "                    recurrent multiply-adds, bytes read back, 64 per tag\n"
+    "                    (default 42949, seconds on one core): attention\n"
+    "                    multiply-adds (when its outputs are observed),\n"
+    "                    recurrent steps, bytes read back, 64 per tag\n"
     "                    reported; a trace needing more stops: exit 2,\n"
     "                    `FILE:LINE: limit: work ...`\n"
     "\n"
@@ -102,6 +112,27 @@ int EmitJson(const std::string& file, const kvspec::trace::RunOptions& options) 
   return 0;
 }
 
+// Every target compiled in that this CPU runs, best first.
+std::vector<int64_t> RunnableTargets() {
+  hwy::SetSupportedTargetsForTest(0);
+  return hwy::SupportedAndGeneratedTargets();
+}
+
+// Makes dynamic dispatch use the target named `name` (case-insensitive).
+bool SelectTarget(const std::string& name) {
+  for (int64_t target : RunnableTargets()) {
+    if (strcasecmp(name.c_str(), hwy::TargetName(target)) == 0) {
+      hwy::SetSupportedTargetsForTest(target);
+      return true;
+    }
+  }
+  std::string known;
+  for (int64_t target : RunnableTargets()) known += std::string(" ") + hwy::TargetName(target);
+  std::fprintf(stderr, "kvspec trace: unknown or unsupported target '%s' (this CPU runs:%s)\n",
+               name.c_str(), known.c_str());
+  return false;
+}
+
 int Trace(int argc, char** argv) {
   kvspec::trace::RunOptions options;
   std::vector<std::string> files;
@@ -125,6 +156,12 @@ int Trace(int argc, char** argv) {
       options.save_reloads_dir = argv[++i];
     } else if (arg == "--reference") {
       options.reference_kernels = true;
+    } else if (arg == "--target") {
+      if (i + 1 >= argc) {
+        std::fputs("kvspec trace: --target needs a name (see kvspec targets)\n", stderr);
+        return 2;
+      }
+      if (!SelectTarget(argv[++i])) return 2;
     } else if (arg == "--max-memory") {
       if (i + 1 >= argc) {
         std::fputs("kvspec trace: --max-memory needs a value in MiB\n", stderr);
@@ -191,6 +228,9 @@ int main(int argc, char** argv) {
   if (command == "trace") return Trace(argc - 2, argv + 2);
   if (command == "targets") {
     std::printf("attention: %s\n", kvspec::AttentionTargetName());
+    std::printf("runnable:");
+    for (int64_t target : RunnableTargets()) std::printf(" %s", hwy::TargetName(target));
+    std::printf("\n");
     return 0;
   }
   std::fprintf(stderr, "kvspec: unknown command '%s' (see kvspec --help)\n", command.c_str());

@@ -50,8 +50,10 @@ Status Forward(Layout& layout, const ForwardColumns& cols, int salt) {
   for (size_t l = 0; l < layout.size(); ++l) {
     const LayerConfig& cfg = layout.config(l);
     const bool ssm = cfg.kind == CacheKind::kSsm;
-    const size_t C = ssm ? Channels(cfg) : static_cast<size_t>(cfg.heads) * cfg.dim;
-    const size_t g = ssm ? static_cast<size_t>(cfg.heads) : C;
+    // Attention: a = q [q_heads * dim], b = k and c = v [heads * dim] per column.
+    // Recurrent: a = x [C], b = gate and c = beta [heads] per column.
+    const size_t C = ssm ? Channels(cfg) : static_cast<size_t>(cfg.QueryHeads()) * cfg.dim;
+    const size_t g = ssm ? static_cast<size_t>(cfg.heads) : static_cast<size_t>(cfg.heads) * cfg.dim;
     a[l].assign(rows * L * C, kvspec::trace::ContentIndex::PadValue());
     b[l].assign(rows * L * g, kvspec::trace::ContentIndex::PadValue());
     c[l].assign(rows * L * g, kvspec::trace::ContentIndex::PadValue());
@@ -66,8 +68,9 @@ Status Forward(Layout& layout, const ForwardColumns& cols, int salt) {
                                                       &c[l][at * g]);
         } else {
           kvspec::trace::ContentIndex::AttentionToken(static_cast<int>(l), pos + salt, pos,
-                                                      cfg.heads, cfg.dim, &a[l][at * C],
-                                                      &b[l][at * C], &c[l][at * C]);
+                                                      cfg.QueryHeads(), cfg.heads, cfg.dim,
+                                                      &a[l][at * C], &b[l][at * g],
+                                                      &c[l][at * g]);
         }
       }
     }

@@ -168,11 +168,7 @@ rc::Gen<Config> GenConfig() {
 // q (query heads), k and v (KV heads) of token (layer, id, pos).
 void TokenContent(const LayerShape& s, int layer, int32_t id, int32_t pos, float* q,
                   float* k, float* v) {
-  std::vector<float> unused(static_cast<size_t>(s.heads) * s.dim);
-  ContentIndex::AttentionToken(layer, id, pos, s.heads, s.dim, unused.data(), k, v);
-  ValueStream qs(TokenSeed(static_cast<uint64_t>(layer), static_cast<uint64_t>(id),
-                           static_cast<uint64_t>(pos)) ^ 0x5151);
-  qs.Fill(q, static_cast<size_t>(s.QueryHeads()) * s.dim);
+  ContentIndex::AttentionToken(layer, id, pos, s.QueryHeads(), s.heads, s.dim, q, k, v);
 }
 
 // Garbage for pad columns: NaN, infinities, huge values, random bits.

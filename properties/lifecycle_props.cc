@@ -147,15 +147,13 @@ class Driver {
       b[l].assign(rows * L * hd, ContentIndex::PadValue());
       c[l] = b[l];
       o[l].assign(a[l].size(), 0.0f);
-      std::vector<float> unused(hd);
       for (int r = 0; r < rows; ++r) {
         for (int32_t j = 0; j < cols.Real(r); ++j) {
           const size_t col = r * L + static_cast<size_t>(cols.left[r] + j);
           const int32_t pos = next[r] + j;
-          ContentIndex::AttentionToken(static_cast<int>(l), id_of(pos), pos, cfg.heads, cfg.dim,
-                                       unused.data(), &b[l][col * hd], &c[l][col * hd]);
-          ValueStream(TokenSeed(l, static_cast<uint64_t>(id_of(pos)), static_cast<uint64_t>(pos)) ^ 7)
-              .Fill(&a[l][col * qd], qd);
+          ContentIndex::AttentionToken(static_cast<int>(l), id_of(pos), pos, cfg.QueryHeads(),
+                                       cfg.heads, cfg.dim, &a[l][col * qd], &b[l][col * hd],
+                                       &c[l][col * hd]);
           index_.Remember(static_cast<int>(l), id_of(pos), pos, &b[l][col * hd], &c[l][col * hd],
                           hd);
         }

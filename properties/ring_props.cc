@@ -123,8 +123,8 @@ class RingRun {
       for (int32_t j = 0; j < cols.Real(r); ++j) {
         const size_t at = (r * L + static_cast<size_t>(cols.left[r] + j)) * hd;
         const int32_t pos = next[r] + j;
-        ContentIndex::AttentionToken(0, pos + step.id_offset, pos, heads_, dim_, &q[at], &k[at],
-                                     &v[at]);
+        ContentIndex::AttentionToken(0, pos + step.id_offset, pos, heads_, heads_, dim_, &q[at],
+                                     &k[at], &v[at]);
         index_.Remember(0, pos + step.id_offset, pos, &k[at], &v[at], hd);
       }
     }

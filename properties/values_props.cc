@@ -89,14 +89,27 @@ class ProgramGenerator {
   bool had_padding() const { return padding_; }
 
  private:
+  // ` heads=H`, and in half the layers ` qheads=G*H` (grouped-query
+  // attention, G query heads per KV head; the kernels take 4 at a time).
+  std::string Heads() {
+    const int heads = Pick(1, 3);
+    std::string s = " heads=" + std::to_string(heads);
+    if (Coin()) s += " qheads=" + std::to_string(heads * Pick(1, 5));
+    return s;
+  }
+
+  // A head size: mostly small, one layer in four wide enough for every
+  // SIMD path of the attention kernels (whole vectors and tails).
+  int Dim() { return Coin(4) ? Pick(7, 40) : Pick(1, 6); }
+
   void Layer(int l) {
     const std::string name = "l" + std::to_string(l);
     switch (Pick(0, 3)) {
       case 0:  // kv, sees everything
-        text_ << "layer " << name << " kv heads=" << Pick(1, 3) << " dim=" << Pick(1, 6) << "\n";
+        text_ << "layer " << name << " kv" << Heads() << " dim=" << Dim() << "\n";
         break;
       case 1:  // kv with a sliding window
-        text_ << "layer " << name << " kv heads=" << Pick(1, 3) << " dim=" << Pick(1, 6)
+        text_ << "layer " << name << " kv" << Heads() << " dim=" << Dim()
               << " window=" << Pick(1, 6) << "\n";
         break;
       case 2: {  // ring
@@ -104,7 +117,7 @@ class ProgramGenerator {
         const int capacity = window + *rc::gen::element(0, 0, 1, 3, 8);
         text_ << "layer " << name << " rotating window=" << window;
         if (capacity != window || Coin()) text_ << " capacity=" << capacity;
-        text_ << " heads=" << Pick(1, 3) << " dim=" << Pick(1, 6) << "\n";
+        text_ << Heads() << " dim=" << Dim() << "\n";
         min_capacity_ = std::min(min_capacity_, capacity);
         break;
       }

@@ -431,8 +431,8 @@ class TokenForward {
       const AttentionCache* cache = layout_.attention(l);
       const Mask* mask = cache ? layout_.LastMask(l) : nullptr;
       const KvView view = cache ? cache->View() : KvView();
-      const size_t per = static_cast<size_t>(d.heads) *
-                         static_cast<size_t>(cache ? d.dim : d.dv);
+      const size_t per = cache ? static_cast<size_t>(d.QueryHeads()) * static_cast<size_t>(d.dim)
+                               : static_cast<size_t>(d.heads) * static_cast<size_t>(d.dv);
       for (int r = 0; r < layout_.rows(); ++r) {
         const size_t ur = static_cast<size_t>(r);
         for (int32_t j = 0; j < cols_.Real(ur); ++j) {
@@ -492,21 +492,22 @@ class TokenForward {
     io_[l] = AttentionIO(ssm);
   }
 
-  // As the trace runner: a token draws q, k, v of heads * dim each.
+  // As the trace runner: a token draws q [q_heads * dim], then k and v [heads * dim].
   void FillAttention(size_t l) {
     const LayerConfig& d = layout_.config(l);
     const size_t hd = static_cast<size_t>(d.heads) * static_cast<size_t>(d.dim);
+    const size_t qd = static_cast<size_t>(d.QueryHeads()) * static_cast<size_t>(d.dim);
     const float pad = trace::ContentIndex::PadValue();
-    q_[l].assign(Slots() * hd, pad);
+    q_[l].assign(Slots() * qd, pad);
     k_[l].assign(Slots() * hd, pad);
     v_[l].assign(Slots() * hd, pad);
-    o_[l].assign(Slots() * hd, 0.0f);
+    o_[l].assign(Slots() * qd, 0.0f);
     for (size_t r = 0; r < static_cast<size_t>(layout_.rows()); ++r) {
       for (int32_t j = 0; j < cols_.Real(r); ++j) {
-        const size_t at = Column(r, cols_.left[r] + j) * hd;
+        const size_t c = Column(r, cols_.left[r] + j);
         trace::ContentIndex::AttentionToken(static_cast<int>(l), ids_[r][static_cast<size_t>(j)],
-                                            before_[r] + j, d.heads, d.dim, &q_[l][at],
-                                            &k_[l][at], &v_[l][at]);
+                                            before_[r] + j, d.QueryHeads(), d.heads, d.dim,
+                                            &q_[l][c * qd], &k_[l][c * hd], &v_[l][c * hd]);
       }
     }
     io_[l] = AttentionIO{q_[l].data(), k_[l].data(), v_[l].data(), o_[l].data()};

@@ -37,9 +37,7 @@ inline std::string IdGroups(const std::vector<std::vector<int32_t>>& ids) {
 }
 
 // The `layer` line declaring `layer` (without '\n'): the kind word and the
-// keys that matter to that kind. An attention layer with more query heads
-// than KV heads gets a comment saying so (the format has no key for it:
-// the runner uses as many query heads as KV heads).
+// keys that matter to that kind (`qheads` where it differs from `heads`).
 inline std::string LayerLine(const LayerConfig& layer) {
   std::string s = "layer " + layer.name + " " + std::string(KindName(layer.kind)) +
                   " heads=" + std::to_string(layer.heads);
@@ -47,12 +45,10 @@ inline std::string LayerLine(const LayerConfig& layer) {
     return s + " kheads=" + std::to_string(layer.KeyHeads()) + " dk=" + std::to_string(layer.dk) +
            " dv=" + std::to_string(layer.dv) + " conv=" + std::to_string(layer.conv);
   }
+  if (layer.QueryHeads() != layer.heads) s += " qheads=" + std::to_string(layer.QueryHeads());
   s += " dim=" + std::to_string(layer.dim);
   if (layer.window > 0) s += " window=" + std::to_string(layer.window);
   if (layer.kind == CacheKind::kRotating) s += " capacity=" + std::to_string(layer.RingCapacity());
-  if (layer.QueryHeads() != layer.heads) {
-    s += "   # query heads " + std::to_string(layer.QueryHeads());
-  }
   return s;
 }
 

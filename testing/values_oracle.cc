@@ -68,23 +68,25 @@ double Silu(double z) { return z / (1.0 + std::exp(-z)); }
 // `visible` (ascending positions).
 std::vector<double> AttentionOutput(const LayerConfig& layer, int l, const trace::SeenItem& query,
                                     const std::vector<trace::SeenItem>& visible) {
-  const int H = layer.heads, D = layer.dim;
-  // Contents of the query and of every visible token: q[H*D], k[H*D], v[H*D].
+  const int H = layer.heads, Hq = layer.QueryHeads(), D = layer.dim;
+  // Contents of the query and of every visible token: q[Hq*D], k[H*D], v[H*D].
   Draws query_draws(SeedOfToken(l, query.id, query.pos));
-  const std::vector<double> q = query_draws.Take(static_cast<size_t>(H) * D);
+  const std::vector<double> q = query_draws.Take(static_cast<size_t>(Hq) * D);
   std::vector<std::vector<double>> keys, values;
   for (const trace::SeenItem& token : visible) {
     Draws d(SeedOfToken(l, token.id, token.pos));
-    d.Take(static_cast<size_t>(H) * D);  // its q
+    d.Take(static_cast<size_t>(Hq) * D);  // its q
     keys.push_back(d.Take(static_cast<size_t>(H) * D));
     values.push_back(d.Take(static_cast<size_t>(H) * D));
   }
-  std::vector<double> o(static_cast<size_t>(H) * D, 0.0);
-  for (int h = 0; h < H; ++h) {
+  // Query head hq reads KV head hq / (Hq / H): contiguous groups.
+  std::vector<double> o(static_cast<size_t>(Hq) * D, 0.0);
+  for (int hq = 0; hq < Hq; ++hq) {
+    const int h = hq / (Hq / H);
     std::vector<double> s(visible.size());
     for (size_t j = 0; j < visible.size(); ++j) {
       double dot = 0.0;
-      for (int e = 0; e < D; ++e) dot += q[h * D + e] * keys[j][h * D + e];
+      for (int e = 0; e < D; ++e) dot += q[hq * D + e] * keys[j][h * D + e];
       s[j] = dot / std::sqrt(static_cast<double>(D));
     }
     double largest = -INFINITY;
@@ -95,7 +97,7 @@ std::vector<double> AttentionOutput(const LayerConfig& layer, int l, const trace
       total += x;
     }
     for (size_t j = 0; j < visible.size(); ++j) {
-      for (int e = 0; e < D; ++e) o[h * D + e] += s[j] / total * values[j][h * D + e];
+      for (int e = 0; e < D; ++e) o[hq * D + e] += s[j] / total * values[j][h * D + e];
     }
   }
   return o;

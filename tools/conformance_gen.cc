@@ -48,6 +48,50 @@ const Spec kSpecs[] = {
  "decode ids=40\n"
  "decode\n"},
 
+{"attn_gqa_decode",
+ "Grouped-query attention: 8 query heads on 2 KV heads (query heads 0-3\n"
+ "read KV head 0, 4-7 read KV head 1), a prefill window and decodes, on\n"
+ "two rows; and a layer of 6 query heads on 3 KV heads with a window of 3.\n"
+ "Each query head's output follows from its own q and its group's keys and\n"
+ "values.",
+ "trace 1\n"
+ "rows 2\n"
+ "layer g kv heads=2 qheads=8 dim=3\n"
+ "layer w kv heads=3 qheads=6 dim=2 window=3\n"
+ "window 4 left=0,1\n"
+ "decode\n"
+ "decode ids=50/60\n"
+ "window 2 right=0,1\n"},
+
+{"attn_gqa_wide_dims",
+ "Grouped-query attention at head sizes that take every SIMD path of the\n"
+ "kernels (whole double vectors, single vectors and scalar tails on\n"
+ "SSE4, AVX2 and AVX-512) and groups of 4 query heads and more (the\n"
+ "kernels' 4-head blocks and their remainder): 8 query heads on 2 KV heads\n"
+ "at dim 40, 5 on 1 at dim 24, with a window of 2 on the second.",
+ "trace 1\n"
+ "rows 1\n"
+ "layer a kv heads=2 qheads=8 dim=40\n"
+ "layer b kv heads=1 qheads=5 dim=24 window=2\n"
+ "window 3\n"
+ "decode\n"
+ "decode ids=9\n"},
+
+{"ring_gqa_round",
+ "Grouped-query attention on a ring: 4 query heads on 1 KV head (all\n"
+ "share it) and 6 on 2, window 3, through a wrap and a speculative round\n"
+ "with a ragged accept.",
+ "trace 1\n"
+ "rows 2\n"
+ "layer r rotating window=3 heads=1 qheads=4 dim=4\n"
+ "layer s rotating window=3 capacity=5 heads=2 qheads=6 dim=2\n"
+ "window 4\n"
+ "decode\n"
+ "arm\n"
+ "window 3 ids=70,71,72/80,81,82\n"
+ "accept 2,1\n"
+ "decode\n"},
+
 {"attn_chunked_prefill",
  "A prefill in chunks (windows of 3, 1 and 4) on two rows and two layers:\n"
  "causal inside each window, every earlier token visible. The last chunk\n"

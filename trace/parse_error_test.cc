@@ -69,6 +69,16 @@ TEST(TraceParseErrorTest, LayerDeclarations) {
                       "kheads 4 does not divide heads 6"));
   EXPECT_TRUE(FailsAt(h + "layer a ssm kheads=2\n", 3, 20,
                       "does not divide heads 1"));
+  EXPECT_TRUE(FailsAt(h + "layer a kv heads=2 qheads=3\n", 3, 27,
+                      "qheads 3 is not a multiple of heads 2"));
+  EXPECT_TRUE(FailsAt(h + "layer a rotating window=2 qheads=1 heads=4\n", 3, 34,
+                      "qheads 1 is not a multiple of heads 4"));
+  EXPECT_TRUE(FailsAt(h + "layer a kv qheads=65\n", 3, 19, "qheads must be in 1..64"));
+  EXPECT_TRUE(FailsAt(h + "layer a kv qheads=0\n", 3, 19, "qheads must be in 1..64"));
+  EXPECT_TRUE(FailsAt(h + "layer a ssm qheads=2\n", 3, 13,
+                      "key 'qheads' is not allowed for a ssm layer"));
+  EXPECT_TRUE(FailsAt(h + "layer a kv qheads=2 qheads=2\n", 3, 21,
+                      "repeated key 'qheads'"));
   EXPECT_TRUE(FailsAt(h + "layer a kv\nlayer b ssm\nlayer a rotating window=2\n",
                       5, 7, "duplicate layer name 'a' (declared on line 3)"));
   EXPECT_TRUE(FailsAt(h + "layer a kv\narm\nlayer b kv\n", 5, 1,

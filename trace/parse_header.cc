@@ -19,7 +19,7 @@ constexpr unsigned kRotatingBit = 1u << static_cast<int>(CacheKind::kRotating);
 constexpr unsigned kSsmBit = 1u << static_cast<int>(CacheKind::kSsm);
 constexpr int kKeyHeads = 0, kKeyDim = 1, kKeyWindow = 2, kKeyCapacity = 3,
               kKeyKheads = 4, kKeyDk = 5, kKeyDv = 6, kKeyConv = 7,
-              kNumLayerKeys = 8;
+              kKeyQheads = 8, kNumLayerKeys = 9;
 constexpr LayerKey kLayerKeys[kNumLayerKeys] = {
     {"heads", kKvBit | kRotatingBit | kSsmBit, 1, kMaxHeads},
     {"dim", kKvBit | kRotatingBit, 1, kMaxDim},
@@ -29,6 +29,7 @@ constexpr LayerKey kLayerKeys[kNumLayerKeys] = {
     {"dk", kSsmBit, 1, kMaxDim},
     {"dv", kSsmBit, 1, kMaxDim},
     {"conv", kSsmBit, 1, kMaxConv},
+    {"qheads", kKvBit | kRotatingBit, 1, kMaxHeads},
 };
 
 }  // namespace
@@ -105,8 +106,8 @@ bool Parser::ParseLayerKeys(CacheKind kind, int32_t* values, int* value_col) {
     while (k < kNumLayerKeys && key != kLayerKeys[k].name) ++k;
     if (k == kNumLayerKeys) {
       return Fail(w.col, "layer: unknown key " + Quote(key) +
-                             " (keys: heads, dim, window, capacity, kheads, "
-                             "dk, dv, conv)");
+                             " (keys: heads, qheads, dim, window, capacity, "
+                             "kheads, dk, dv, conv)");
     }
     if ((kLayerKeys[k].kinds & kind_bit) == 0) {
       return Fail(w.col, "layer: key " + Quote(key) +
@@ -134,6 +135,20 @@ bool Parser::ResolveLayer(const int32_t* values, const int* value_col,
   if (value_col[kKeyDk]) layer->dk = values[kKeyDk];
   if (value_col[kKeyDv]) layer->dv = values[kKeyDv];
   if (value_col[kKeyConv]) layer->conv = values[kKeyConv];
+  if (layer->kind != CacheKind::kSsm) {
+    // Grouped-query attention: each KV head serves qheads / heads query
+    // heads (contiguous groups).
+    layer->q_heads = layer->heads;
+    if (value_col[kKeyQheads]) {
+      if (values[kKeyQheads] % layer->heads != 0) {
+        return Fail(value_col[kKeyQheads],
+                    "layer: qheads " + std::to_string(values[kKeyQheads]) +
+                        " is not a multiple of heads " +
+                        std::to_string(layer->heads));
+      }
+      layer->q_heads = values[kKeyQheads];
+    }
+  }
   switch (layer->kind) {
     case CacheKind::kKv:
       break;

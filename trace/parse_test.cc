@@ -132,8 +132,16 @@ TEST(TraceParseTest, LayerKeysAndDefaults) {
       "layer ring2 rotating window=65536 capacity=65536\n"
       "layer gdn ssm heads=8 kheads=2 dk=32 dv=64 conv=1\n"
       "layer gdn2 ssm heads=6\n"
-      "layer x_9 ssm conv=64 dk=512 dv=1\n");
-  ASSERT_EQ(p.layers.size(), 7u);
+      "layer x_9 ssm conv=64 dk=512 dv=1\n"
+      "layer gqa kv heads=2 qheads=8\n"
+      "layer gring rotating qheads=64 window=3\n");
+  ASSERT_EQ(p.layers.size(), 9u);
+  EXPECT_EQ(p.layers[0].QueryHeads(), 1);  // qheads defaults to heads
+  EXPECT_EQ(p.layers[1].QueryHeads(), 3);
+  EXPECT_EQ(p.layers[7].heads, 2);
+  EXPECT_EQ(p.layers[7].QueryHeads(), 8);
+  EXPECT_EQ(p.layers[8].heads, 1);
+  EXPECT_EQ(p.layers[8].QueryHeads(), 64);
   const LayerConfig& full = p.layers[0];
   EXPECT_EQ(full.kind, CacheKind::kKv);
   EXPECT_EQ(full.heads, 1);
@@ -165,7 +173,7 @@ TEST(TraceParseTest, LayerKeysAndDefaults) {
   EXPECT_EQ(p.layers[6].conv, 64);
   EXPECT_EQ(p.layers[6].dk, 512);
   EXPECT_EQ(p.layers[6].dv, 1);
-  EXPECT_EQ(p.header_end_line, 9);
+  EXPECT_EQ(p.header_end_line, 11);
   EXPECT_EQ(FindLayer(p, "ring"), 2);
   EXPECT_EQ(FindLayer(p, "x_9"), 6);
   EXPECT_EQ(FindLayer(p, "nope"), -1);

@@ -74,9 +74,9 @@ uint64_t StateHash(const SsmCacheBase& cache, int row);
 // Recover reports for bytes that match no remembered token).
 class ContentIndex {
  public:
-  static void AttentionToken(int layer, int32_t id, int32_t pos, int heads,
+  static void AttentionToken(int layer, int32_t id, int32_t pos, int q_heads, int heads,
                              int dim, float* q, float* k, float* v) {
-    trace::AttentionToken(layer, id, pos, heads, dim, q, k, v);
+    trace::AttentionToken(layer, id, pos, q_heads, heads, dim, q, k, v);
   }
   static void RecurrentToken(int layer, int32_t id, int32_t pos, size_t channels,
                              size_t value_heads, float* x, float* gate, float* beta) {

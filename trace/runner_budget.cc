@@ -31,14 +31,16 @@ uint64_t CreateBytes(int rows, const LayerConfig& d) {
   return d.kind == CacheKind::kKv ? 0 : r * static_cast<uint64_t>(d.RingCapacity()) * per_slot;
 }
 
-// One forward's inputs and outputs (FillInputs): q/k/v/o, or x/gate/beta/y.
-uint64_t ForwardIoBytes(int rows, int32_t L, const LayerConfig& d) {
+// One forward's inputs and outputs (FillInputs): x/gate/beta/y, or k/v and,
+// when attention outputs are observed (`values`), q/o.
+uint64_t ForwardIoBytes(int rows, int32_t L, const LayerConfig& d, bool values) {
   const uint64_t n = static_cast<uint64_t>(rows) * static_cast<uint64_t>(L);
   if (d.kind == CacheKind::kSsm) {
     return n * (d.SsmChannels() + 2 * static_cast<uint64_t>(d.heads) +
                 static_cast<uint64_t>(d.heads) * d.dv) * kF;
   }
-  return 4 * n * static_cast<uint64_t>(d.heads) * d.dim * kF;
+  const uint64_t q_heads = values ? static_cast<uint64_t>(d.QueryHeads()) : 0;
+  return 2 * n * (static_cast<uint64_t>(d.heads) + q_heads) * d.dim * kF;
 }
 
 // The ssm cache's round records: every verify token's inputs, per row (an
@@ -65,10 +67,11 @@ uint64_t SeenPairs(const ForwardColumns& cols, const std::vector<int32_t>& befor
 }
 
 // What the read-back holds: a tag and its printed text per pair, and every
-// query's outputs with their text.
-uint64_t ReadBackBytes(uint64_t pairs, uint64_t queries, const LayerConfig& d) {
+// query's outputs with their text (attention outputs only when observed).
+uint64_t ReadBackBytes(uint64_t pairs, uint64_t queries, const LayerConfig& d, bool values) {
   const uint64_t per = d.kind == CacheKind::kSsm ? static_cast<uint64_t>(d.heads) * d.dv
-                                                 : static_cast<uint64_t>(d.heads) * d.dim;
+                       : values ? static_cast<uint64_t>(d.QueryHeads()) * d.dim
+                                : 0;
   return pairs * (sizeof(Tag) + 24) + queries * per * (kF + 16);
 }
 
@@ -115,8 +118,8 @@ Outcome Runner::Budget(uint64_t more, const char* what) const {
 // Memory: the current layout grown (its old storage alive while it is
 // copied over), the inputs and outputs, the round records, the read-back
 // and the index's new entries. Work: the attention's multiply-adds (q.k and
-// p.v per pair and query head) and mask scan, the recurrent steps, the
-// bytes read back and 64 per reported tag.
+// p.v per pair and query head, when its outputs are observed) and mask
+// scan, the recurrent steps, the bytes read back and 64 per reported tag.
 Outcome Runner::ForwardBudget(const ForwardColumns& cols) {
   const Layout& layout = Cur();
   const std::vector<int32_t> before = layout.positions();
@@ -127,10 +130,10 @@ Outcome Runner::ForwardBudget(const ForwardColumns& cols) {
   uint64_t work = 0;
   for (size_t l = 0; l < layout.size(); ++l) {
     const LayerConfig& d = p_.layers[l];
-    memory += ForwardIoBytes(rows, cols.columns, d);
+    memory += ForwardIoBytes(rows, cols.columns, d, opt_.values);
     if (d.kind == CacheKind::kSsm) {
       if (layout.armed()) memory += RoundRecordBytes(real, d);
-      memory += ReadBackBytes(0, real, d);
+      memory += ReadBackBytes(0, real, d, opt_.values);
       work += real * (4 * static_cast<uint64_t>(d.heads) * d.dv * d.dk +
                       d.SsmChannels() * static_cast<uint64_t>(d.conv));
       continue;
@@ -141,9 +144,9 @@ Outcome Runner::ForwardBudget(const ForwardColumns& cols) {
     const uint64_t slots = slots_bytes / slot_bytes / static_cast<uint64_t>(rows);
     if (slots_bytes != cache->allocatedBytes()) memory += cache->allocatedBytes();
     const uint64_t pairs = SeenPairs(cols, before, d);
-    memory += ReadBackBytes(pairs, real, d) + IndexBytes(real);
-    work += pairs * 2 * static_cast<uint64_t>(d.QueryHeads()) * d.dim + real * slots +
-            slots_bytes + pairs * 64;
+    memory += ReadBackBytes(pairs, real, d, opt_.values) + IndexBytes(real);
+    const uint64_t attention = opt_.values ? 2 * static_cast<uint64_t>(d.QueryHeads()) * d.dim : 0;
+    work += pairs * attention + real * slots + slots_bytes + pairs * 64;
   }
   if (Outcome o = MemoryLimit(memory, "the forward"); o.code) return o;
   work_ += work;

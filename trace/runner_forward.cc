@@ -126,20 +126,33 @@ void Runner::FillInputs(const ForwardColumns& cols, const std::vector<int32_t>& 
       b.io[l] = AttentionIO(ssm);
       continue;
     }
+    // k and v [rows][L][heads][dim]; q and o [rows][L][q_heads][dim] only
+    // when the outputs are observed (`out` lines, `expect out`): otherwise
+    // the forward only appends (no attention is computed that nobody reads;
+    // what each query sees comes from its mask and the stored bytes).
     const size_t hd = static_cast<size_t>(d.heads) * d.dim;
-    const size_t n = static_cast<size_t>(rows) * L * hd;
-    b.q[l].assign(n, PadValue());
-    b.k[l].assign(n, PadValue());
-    b.v[l].assign(n, PadValue());
-    b.o[l].assign(n, 0.0f);
+    const size_t qd = static_cast<size_t>(d.QueryHeads()) * d.dim;
+    const size_t n = static_cast<size_t>(rows) * L;
+    std::vector<float> q_unused;
+    if (opt_.values) {
+      b.q[l].assign(n * qd, PadValue());
+      b.o[l].assign(n * qd, 0.0f);
+    } else {
+      q_unused.resize(qd);
+    }
+    b.k[l].assign(n * hd, PadValue());
+    b.v[l].assign(n * hd, PadValue());
     for (int r = 0; r < rows; ++r) {
       for (int32_t j = 0; j < cols.Real(r); ++j) {
-        const size_t at = (r * L + static_cast<size_t>(cols.left[r] + j)) * hd;
-        AttentionToken(static_cast<int>(l), ids[r][j], before[r] + j, d.heads, d.dim,
-                       &b.q[l][at], &b.k[l][at], &b.v[l][at]);
+        const size_t c = r * L + static_cast<size_t>(cols.left[r] + j);
+        float* q = opt_.values ? &b.q[l][c * qd] : q_unused.data();
+        AttentionToken(static_cast<int>(l), ids[r][j], before[r] + j, d.QueryHeads(), d.heads,
+                       d.dim, q, &b.k[l][c * hd], &b.v[l][c * hd]);
       }
     }
-    b.io[l] = AttentionIO{b.q[l].data(), b.k[l].data(), b.v[l].data(), b.o[l].data()};
+    b.io[l] = opt_.values ? AttentionIO{b.q[l].data(), b.k[l].data(), b.v[l].data(),
+                                        b.o[l].data()}
+                          : AttentionIO{nullptr, b.k[l].data(), b.v[l].data(), nullptr};
   }
 }
 
@@ -179,7 +192,7 @@ LastForward Runner::ReadBack(const ForwardColumns& cols, const std::vector<int32
     std::unique_ptr<SlotTags> tags;
     if (cache) tags = std::make_unique<SlotTags>(index_, static_cast<int>(l), view, *mask);
     // Values per query (attention: all heads' o) or token (recurrent: y).
-    const size_t per = cache ? static_cast<size_t>(d.heads) * d.dim
+    const size_t per = cache ? static_cast<size_t>(d.QueryHeads()) * d.dim
                              : static_cast<size_t>(d.heads) * d.dv;
     for (int r = 0; r < layout.rows(); ++r) {
       for (int32_t j = 0; j < cols.Real(r); ++j) {
@@ -193,6 +206,7 @@ LastForward Runner::ReadBack(const ForwardColumns& cols, const std::vector<int32
           lines->sees.push_back("sees " + head + JoinTags(seen));
           last.sees[key] = std::move(seen);
         }
+        if (cache && !opt_.values) continue;  // no attention outputs computed
         const float* ov = &buffers.o[l][(r * L + static_cast<size_t>(col)) * per];
         std::vector<float> values(ov, ov + per);
         std::string line = "out " + head;

@@ -6,12 +6,12 @@
 
 namespace kvspec::trace {
 
-void AttentionToken(int layer, int32_t id, int32_t pos, int heads, int dim, float* q,
-                    float* k, float* v) {
+void AttentionToken(int layer, int32_t id, int32_t pos, int q_heads, int heads, int dim,
+                    float* q, float* k, float* v) {
   ValueStream stream(TokenSeed(static_cast<uint64_t>(layer), static_cast<uint64_t>(id),
                                static_cast<uint64_t>(pos)));
   const size_t n = static_cast<size_t>(heads) * dim;
-  stream.Fill(q, n);
+  stream.Fill(q, static_cast<size_t>(q_heads) * dim);
   stream.Fill(k, n);
   stream.Fill(v, n);
 }

@@ -52,9 +52,10 @@ namespace trace {
 // The token contents a trace writes, drawn from the streams above (defined
 // in values.cc). Layers count from 0 in header order.
 
-// q, k, v of attention token (layer, id, pos): heads * dim floats each.
-void AttentionToken(int layer, int32_t id, int32_t pos, int heads, int dim, float* q,
-                    float* k, float* v);
+// q [q_heads * dim], k and v [heads * dim] of attention token (layer, id,
+// pos), drawn in that order.
+void AttentionToken(int layer, int32_t id, int32_t pos, int q_heads, int heads, int dim,
+                    float* q, float* k, float* v);
 // Pre-conv inputs x[C], gate g[Hv] = sigmoid(2 + a) and beta[Hv] =
 // sigmoid(b) of recurrent token (layer, id, pos).
 void RecurrentToken(int layer, int32_t id, int32_t pos, size_t channels, size_t value_heads,

@@ -124,8 +124,6 @@ class Adapter(Base):
         for spec in layers:
             if spec.kind == "ssm":
                 raise NotApplicable("numpy_cache has no recurrent (ssm) layers")
-            if spec.qheads and spec.qheads != spec.heads:
-                raise NotApplicable("numpy_cache has no grouped-query attention")
         return Cache(rows, layers)
 
     # -- forwards -------------------------------------------------------------------
