@@ -127,8 +127,8 @@ class SsmCacheBase : public Cache {
   const float* RecurrentState(int row) const;  // kernel order [Hv][dk][dv]
   // A copy of the row's recurrent state in trace order [Hv][dv][dk].
   std::vector<float> RecurrentStateTraceOrder(int row) const;
-  // FNV-1a 64 over the row's conv state bytes, then its recurrent state bytes
-  // in trace order.
+  // Hasher (core/cache.h) over the row's conv state bytes, then its recurrent
+  // state bytes in trace order.
   uint64_t RowStateHash(int row) const;
 
   // Batch lifecycle building blocks (used by core/batch.h); refused rounds

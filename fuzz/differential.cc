@@ -4,17 +4,40 @@
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
+#include <string_view>
 
 #include "trace/runner.h"
 #include "fuzz/known_issues.h"
 
 namespace kvspec::fuzz {
 
+namespace {
+
+// Calls f(line) for each line of `text`, without its line end, as
+// std::getline would read them (no empty line after a final '\n').
+template <class F>
+void ForEachLine(std::string_view text, F&& f) {
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) {
+      f(text.substr(start));
+      return;
+    }
+    f(text.substr(start, end - start));
+    start = end + 1;
+  }
+}
+
+bool StartsWith(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+}  // namespace
+
 std::vector<std::string> SplitLines(const std::string& text) {
   std::vector<std::string> lines;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(line);
+  ForEachLine(text, [&](std::string_view line) { lines.emplace_back(line); });
   return lines;
 }
 
@@ -77,18 +100,20 @@ void ReadErrorLine(const std::string& file, const std::string& line, RunnerOutco
 // `state LAYER rR` without its hash (when the hash is 16 hex digits).
 std::string WithoutValues(const std::string& out) {
   std::string kept;
-  for (std::string line : SplitLines(out)) {
-    if (line.rfind("out ", 0) == 0) continue;
-    if (line.rfind("state ", 0) == 0) {
+  kept.reserve(out.size());
+  ForEachLine(out, [&](std::string_view line) {
+    if (StartsWith(line, "out ")) return;
+    if (StartsWith(line, "state ")) {
       const size_t space = line.rfind(' ');
-      const std::string hash = line.substr(space + 1);
+      const std::string_view hash = line.substr(space + 1);
       if (hash.size() == 16 &&
-          hash.find_first_not_of("0123456789abcdef") == std::string::npos) {
-        line.resize(space);
+          hash.find_first_not_of("0123456789abcdef") == std::string_view::npos) {
+        line = line.substr(0, space);
       }
     }
-    kept += line + "\n";
-  }
+    kept.append(line.data(), line.size());
+    kept += '\n';
+  });
   return kept;
 }
 
@@ -108,14 +133,32 @@ std::vector<int> Without(const std::vector<int>& v, const std::vector<int>& drop
 // `expect out` lines (they may differ within the tolerance).
 std::string WithoutGotValues(const std::string& err) {
   std::string kept;
-  for (std::string line : SplitLines(err)) {
+  kept.reserve(err.size());
+  ForEachLine(err, [&](std::string_view line) {
     const size_t got = line.find(" got ");
-    if (line.find(": expected out ") != std::string::npos && got != std::string::npos) {
-      line.resize(got);
+    if (line.find(": expected out ") != std::string_view::npos &&
+        got != std::string_view::npos) {
+      line = line.substr(0, got);
     }
-    kept += line + "\n";
-  }
+    kept.append(line.data(), line.size());
+    kept += '\n';
+  });
   return kept;
+}
+
+// The next whitespace-separated token of `s` from *at (as `istream >>
+// std::string` reads it) into *token; false at the end.
+bool NextToken(std::string_view s, size_t* at, std::string* token) {
+  constexpr std::string_view kSpace = " \t\n\v\f\r";
+  const size_t begin = s.find_first_not_of(kSpace, *at);
+  if (begin == std::string_view::npos) {
+    *at = s.size();
+    return false;
+  }
+  const size_t end = std::min(s.find_first_of(kSpace, begin), s.size());
+  token->assign(s.data() + begin, end - begin);
+  *at = end;
+  return true;
 }
 
 // Whether two `out LAYER rR pP: V..` lines name the same query and their
@@ -126,10 +169,12 @@ bool SameOutLine(const std::string& fast, const std::string& ref, std::string* p
     *problem = "out lines name different queries";
     return false;
   }
-  std::istringstream va(fast.substr(colon + 1)), vb(ref.substr(ref.find(':') + 1));
+  const std::string_view va = std::string_view(fast).substr(colon + 1);
+  const std::string_view vb = std::string_view(ref).substr(ref.find(':') + 1);
+  size_t at_a = 0, at_b = 0;
   std::string ta, tb;
-  while (va >> ta) {
-    if (!(vb >> tb)) {
+  while (NextToken(va, &at_a, &ta)) {
+    if (!NextToken(vb, &at_b, &tb)) {
       *problem = "out value counts";
       return false;
     }
@@ -145,7 +190,7 @@ bool SameOutLine(const std::string& fast, const std::string& ref, std::string* p
       return false;
     }
   }
-  if (vb >> tb) {
+  if (NextToken(vb, &at_b, &tb)) {
     *problem = "out value counts";
     return false;
   }
@@ -261,6 +306,25 @@ Cost EstimateCost(const trace::Program& program, double max_bytes) {
     }
     const double held = all_columns > 0 ? (all_columns + 16) * 1.5 : 0;
     cost.work = all_layouts * program.rows * held * held * (lanes + 8);
+    if (held > 0) {
+      // A rotating layer allocates its whole ring (its capacity) at its
+      // first forward, and the read-back asks the mask about every slot of
+      // it for every query.
+      double rings = 0;
+      for (const LayerConfig& d : program.layers) {
+        if (d.kind != CacheKind::kRotating || d.RingCapacity() <= held) continue;
+        const double hd = double(d.heads) * d.dim;
+        rings += all_layouts * program.rows * (double(d.RingCapacity()) - held) * (8 * hd + 4);
+        cost.work += all_layouts * program.rows * held * (double(d.RingCapacity()) - held) *
+                     (hd + 8);
+      }
+      cost.storage += rings;
+    }
+    // An `expect error` hashes the whole layout before and after (8 bytes a
+    // step).
+    double refusals = 0;
+    for (const Statement& st : program.body) refusals += st.op() == Op::kExpectError;
+    cost.work += refusals * 2 * cost.storage / 8;
   }
   return cost;
 }
@@ -315,17 +379,20 @@ std::string Compare(const RunnerOutcome& runner, const testing::ModelOutcome& mo
 std::string CompareKernelSets(const RunnerOutcome& fast, const RunnerOutcome& ref) {
   const std::vector<std::string> a = SplitLines(fast.out), b = SplitLines(ref.out);
   for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
-    const std::string where = " (output line " + std::to_string(i + 1) + ")";
-    if (i >= a.size() || i >= b.size()) return "different numbers of output lines" + where;
+    const auto where = [i] { return " (output line " + std::to_string(i + 1) + ")"; };
+    if (i >= a.size() || i >= b.size()) return "different numbers of output lines" + where();
     const std::string& la = a[i];
     const std::string& lb = b[i];
     std::string problem;
-    if (la.rfind("state ", 0) == 0 && lb.rfind("state ", 0) == 0) {
-      if (la.substr(0, la.rfind(' ')) != lb.substr(0, lb.rfind(' '))) return "state lines" + where;
-    } else if (la.rfind("out ", 0) == 0 && lb.rfind("out ", 0) == 0) {
-      if (!SameOutLine(la, lb, &problem)) return problem + where;
+    if (StartsWith(la, "state ") && StartsWith(lb, "state ")) {
+      if (std::string_view(la).substr(0, la.rfind(' ')) !=
+          std::string_view(lb).substr(0, lb.rfind(' '))) {
+        return "state lines" + where();
+      }
+    } else if (StartsWith(la, "out ") && StartsWith(lb, "out ")) {
+      if (!SameOutLine(la, lb, &problem)) return problem + where();
     } else if (la != lb) {
-      return "a line differs" + where;
+      return "a line differs" + where();
     }
   }
   if (fast.exit_status != ref.exit_status) {

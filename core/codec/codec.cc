@@ -29,6 +29,8 @@ Status EncodeCache(const Cache& cache, std::string* out) {
       return Status::Error("cache of kind '" + kind + "' is not what its kind says");
     }
     std::string bytes;
+    // One allocation, not one per doubling (a hint: storage plus headers).
+    bytes.reserve(cache.allocatedBytes() + 256 + 16 * static_cast<size_t>(cache.rows()));
     Writer w(&bytes);
     w.Raw(kCacheMagic, 4);
     w.Value<uint32_t>(kCodecVersion);

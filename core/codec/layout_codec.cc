@@ -104,6 +104,9 @@ Status CacheCodec::DecodeLayoutState(Reader& r, int rows, std::vector<LayerConfi
 Status EncodeLayout(const Layout& layout, std::string* out) {
   return RefuseOnAllocationFailure("EncodeLayout", [&]() -> Status {
     std::string bytes;
+    // One allocation, not one per doubling (a hint: storage plus headers).
+    bytes.reserve(layout.allocatedBytes() + 1024 +
+                  64 * layout.size() * static_cast<size_t>(layout.rows()));
     Writer w(&bytes);
     w.Raw(kLayoutMagic, 4);
     w.Value<uint32_t>(kCodecVersion);

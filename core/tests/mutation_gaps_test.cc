@@ -492,17 +492,21 @@ size_t SmallestBudget(const std::string& text) {
 }
 
 TEST(TraceRunnerLimits, ReloadNeedsRoomForTwoCopies) {
+  // Wide tokens (64 heads x dim 512: 256 KiB each), so that the layout's
+  // storage, not one forward's read-back, decides the smallest budget.
   LayerConfig kv;
   kv.name = "a";
+  kv.heads = 64;
+  kv.dim = 512;
   std::unique_ptr<Layout> layout;
   ASSERT_TRUE(Layout::Create(1, {kv}, &layout).ok());
-  const auto x = Filled(8 * 4, 0.5f);
+  const auto x = Filled(8 * 64 * 512, 0.5f);
   ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(1, 8),
                               {AttentionIO(x.data(), x.data(), x.data(), nullptr)})
                   .ok());
+  const std::string prefix = "trace 1\nrows 1\nlayer a kv heads=64 dim=512\nwindow 8\n";
   const size_t held = layout->allocatedBytes();
   ASSERT_GT(held, 0u);
-  const std::string prefix = "trace 1\nrows 1\nlayer a kv\nwindow 8\n";
   const size_t without = SmallestBudget(prefix);
   const size_t with = SmallestBudget(prefix + "reload\n");
   EXPECT_GT(with, without + held / 2);  // the decoded copy is budgeted
