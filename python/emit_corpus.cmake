@@ -1,6 +1,8 @@
 # The emitted corpus (corpus/emitted/, docs/python.md): every corpus trace
 # (corpus/traces/*.trace and corpus/traces/conformance/*.trace) as
-# `kvspec trace --emit --json` prints it, at
+# `kvspec trace --emit --json --reference` prints it (the scalar reference
+# kernels: the `expect out` values are the same bits on every machine,
+# whichever Highway targets it has), at
 # corpus/emitted/<path relative to corpus/traces, .trace replaced by .json>.
 # The pure-Python runner reads these when kvspec's C++ is not built.
 #
@@ -25,11 +27,11 @@ foreach(trace IN LISTS traces)
   string(REGEX REPLACE "\\.trace$" ".json" rel ${rel})
   set(target ${out_dir}/${rel})
   list(APPEND expected_files ${target})
-  execute_process(COMMAND ${KVSPEC} trace --emit --json ${trace}
+  execute_process(COMMAND ${KVSPEC} trace --emit --json --reference ${trace}
                   WORKING_DIRECTORY ${SOURCE_DIR}
                   RESULT_VARIABLE status OUTPUT_VARIABLE json ERROR_VARIABLE err)
   if(NOT status EQUAL 0)
-    message(FATAL_ERROR "${trace}: kvspec trace --emit --json exited ${status}:\n${err}")
+    message(FATAL_ERROR "${trace}: kvspec trace --emit --json --reference exited ${status}:\n${err}")
   endif()
   if(MODE STREQUAL "write")
     file(WRITE ${target} "${json}")
