@@ -57,20 +57,28 @@ void kvl_free(void *ctx) { llama_free((struct llama_context *)ctx); }
 
 int kvl_n_embd(void *model) { return llama_model_n_embd((const struct llama_model *)model); }
 
-/* One llama_decode of n tokens (token ids, positions, one sequence id
- * each), every token an output. On success (0) writes n * n_embd floats
- * of embeddings to out. Returns llama_decode's status otherwise. */
-int kvl_decode(void *ctxp, int n, const int *tokens, const int *pos, const int *seq, float *out) {
-    struct llama_context *ctx = (struct llama_context *)ctxp;
+/* A batch of n tokens (token ids, positions, one sequence id each) with no
+ * output requested yet; the caller sets logits[] and frees it. */
+static struct llama_batch make_batch(int n, const int *tokens, const int *pos, const int *seq) {
     struct llama_batch b = llama_batch_init(n, 0, 1);
     for (int i = 0; i < n; i++) {
         b.token[i] = tokens[i];
         b.pos[i] = pos[i];
         b.n_seq_id[i] = 1;
         b.seq_id[i][0] = seq[i];
-        b.logits[i] = 1;
+        b.logits[i] = 0;
     }
     b.n_tokens = n;
+    return b;
+}
+
+/* One llama_decode of n tokens (token ids, positions, one sequence id
+ * each), every token an output. On success (0) writes n * n_embd floats
+ * of embeddings to out. Returns llama_decode's status otherwise. */
+int kvl_decode(void *ctxp, int n, const int *tokens, const int *pos, const int *seq, float *out) {
+    struct llama_context *ctx = (struct llama_context *)ctxp;
+    struct llama_batch b = make_batch(n, tokens, pos, seq);
+    for (int i = 0; i < n; i++) b.logits[i] = 1;
     int rc = llama_decode(ctx, b);
     llama_batch_free(b);
     if (rc != 0) return rc;
@@ -116,15 +124,8 @@ size_t kvl_state_set(void *ctx, const unsigned char *src, size_t size, int seq) 
 /* A decode whose only output is each sequence's last token (no copy out):
  * the usual generation batch, for comparing the engine's split paths. */
 int kvl_decode_last(void *ctxp, int n, const int *tokens, const int *pos, const int *seq) {
-    struct llama_batch b = llama_batch_init(n, 0, 1);
-    for (int i = 0; i < n; i++) {
-        b.token[i] = tokens[i];
-        b.pos[i] = pos[i];
-        b.n_seq_id[i] = 1;
-        b.seq_id[i][0] = seq[i];
-        b.logits[i] = i + 1 == n || seq[i + 1] != seq[i];
-    }
-    b.n_tokens = n;
+    struct llama_batch b = make_batch(n, tokens, pos, seq);
+    for (int i = 0; i < n; i++) b.logits[i] = i + 1 == n || seq[i + 1] != seq[i];
     int rc = llama_decode((struct llama_context *)ctxp, b);
     llama_batch_free(b);
     return rc;

@@ -178,14 +178,8 @@ class _Engine:
         key = ("recurrent", conv)
         if key not in self.models:
             path = os.path.join(self.cache, "probe-qwen35-conv%d-v%d.gguf" % (conv, RECURRENT_VOCAB))
-            if not os.path.isfile(path):
-                tmp = path + ".tmp%d" % os.getpid()
-                write_recurrent_model(tmp, conv, RECURRENT_VOCAB, os.path.join(self.src, "gguf-py"))
-                os.rename(tmp, path)
-            m = self.lib.kvl_model(path.encode())
-            if not m:
-                raise RuntimeError("llama.cpp could not load the probe model %s" % path)
-            self.models[key] = (m, self.lib.kvl_n_embd(m))
+            self._load(key, path, lambda tmp, gguf: write_recurrent_model(tmp, conv,
+                                                                          RECURRENT_VOCAB, gguf))
         return self.models[key]
 
     def model(self, layers, window):
@@ -195,15 +189,21 @@ class _Engine:
         if key not in self.models:
             path = os.path.join(self.cache, "probe-%s-w%d-v%d.gguf" % ("-".join(layers), window,
                                                                          LABELS))
-            if not os.path.isfile(path):
-                tmp = path + ".tmp%d" % os.getpid()
-                write_probe_model(tmp, layers, window, LABELS, os.path.join(self.src, "gguf-py"))
-                os.rename(tmp, path)
-            m = self.lib.kvl_model(path.encode())
-            if not m:
-                raise RuntimeError("llama.cpp could not load the probe model %s" % path)
-            self.models[key] = (m, self.lib.kvl_n_embd(m))
+            self._load(key, path, lambda tmp, gguf: write_probe_model(tmp, layers, window, LABELS,
+                                                                      gguf))
         return self.models[key]
+
+    def _load(self, key, path, write):
+        """Loads the probe model at ``path`` into ``self.models[key]``, first
+        writing it with ``write(tmp_path, gguf_py_dir)`` when it is not cached."""
+        if not os.path.isfile(path):
+            tmp = path + ".tmp%d" % os.getpid()
+            write(tmp, os.path.join(self.src, "gguf-py"))
+            os.rename(tmp, path)
+        m = self.lib.kvl_model(path.encode())
+        if not m:
+            raise RuntimeError("llama.cpp could not load the probe model %s" % path)
+        self.models[key] = (m, self.lib.kvl_n_embd(m))
 
 
 def write_probe_model(path, layers, window, labels, gguf_py):
