@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
+#include <rapidcheck/detail/Configuration.h>
 #include <rapidcheck/state.h>
 
 #include <algorithm>
@@ -408,12 +409,24 @@ TEST_P(RefusalTargets, RefusedOperationsChangeNothing) {
                                               JoinCmd, FilterCmd, ExtractCmd, ReloadCmd>());
       });
   ASSERT_TRUE(ok);
-  // Every operation ran both refused and accepted (RC_PARAMS max_success
-  // of at least 100; ctest runs 2000).
+  // Every operation ran both refused and accepted: the generators reach
+  // each case, checked when the run is large enough to (ctest runs
+  // max_success=2000 max_size=100). Smaller runs, such as tools/props'
+  // first slices (max_size 10: no window fits, join and filter never
+  // succeed), print the tally only. Measured on one target over seeds
+  // 100..300: max_success=100 max_size=30 missed a case 9 times in 200,
+  // max_success=200 max_size=30 never.
+  const rc::detail::TestParams& params = rc::detail::configuration().testParams;
+  const bool check_reach = params.maxSuccess >= 200 && params.maxSize >= 30;
+  if (!check_reach) {
+    std::cout << "reach of the generators not checked (needs max_success >= 200 and "
+                 "max_size >= 30)\n";
+  }
   for (const char* op : {"window", "decode", "trim", "arm", "accept", "fork", "use", "join",
                          "filter", "extract", "reload"}) {
     const auto counts = Tally()[op];
     std::cout << op << ": " << counts.first << " refused, " << counts.second << " done\n";
+    if (!check_reach) continue;
     if (std::string(op) != "reload") {
       EXPECT_GT(counts.first, 0) << op << " was never refused";
     }
