@@ -13,8 +13,9 @@
 //   shape on one cache reused. bf16: the same keys and values stored as
 //   bfloat16 (KvView::k_bf16), half the bytes.
 // - BM_DecodeBlas/f32/<head dim>/<cache length>: the peer, decode written
-//   the way a user would with OpenBLAS (single-threaded): per query head,
-//   cblas_sgemv for the scores, a softmax, cblas_sgemv for the values.
+//   the way a user who knows GQA would with OpenBLAS (single-threaded): per
+//   KV head, one cblas_sgemm for the scores of its 4 query heads, a softmax,
+//   one cblas_sgemm for their outputs.
 // - BM_DecodeWalk/<f32|bf16>/<head dim>/<cache length>: the decode's memory
 //   walk over the same cold caches (rows in the same blocks and order, the
 //   next block prefetched) with no arithmetic: what the access pattern alone
@@ -379,10 +380,37 @@ void RunAttention(benchmark::State& state, int64_t target, const Shape& shape, b
   state.counters["caches"] = static_cast<double>(rotate);
 }
 
-// The peer: decode as a user would write it with OpenBLAS (one thread):
-// per KV head and query head, scores = K q / sqrt(dim) (sgemv), softmax,
-// out = V^T w / sum (sgemv). Keys and values of every slot (a decode admits
-// them all) read straight from the cache's [heads][slots][dim] storage.
+// Runs `peer` (which writes kQueryHeads * dim outputs of a decode of `q`
+// over case `c`) and Attend on the same case, and fails the benchmark when
+// an output differs by more than tolerance times the largest |output| of
+// Attend (decode outputs are averages of values in [-1, 1), far below 1).
+template <typename Peer>
+bool PeerMatchesAttend(benchmark::State& state, const char* name, const std::vector<float>& q,
+                       Peer peer, const AttentionCase& c, float tolerance) {
+  std::vector<float> want(q.size()), got(q.size());
+  Attend(q.data(), kQueryHeads, c.view, c.mask, want.data());
+  peer(got.data());
+  float largest = 0;
+  for (const float x : want) largest = std::max(largest, std::fabs(x));
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!(std::fabs(got[i] - want[i]) <= tolerance * largest)) {
+      const std::string message = std::string(name) + " differs from Attend at output " +
+                                  std::to_string(i) + ": " + std::to_string(got[i]) + " vs " +
+                                  std::to_string(want[i]);
+      state.SkipWithError(message.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+// The peer: decode as a user who knows grouped-query attention writes it
+// with OpenBLAS (one thread): per KV head, the scores of that head's kGroup
+// query heads in one sgemm (S = Q K^T / sqrt(dim), kGroup x slots), a
+// softmax per query head, then one sgemm for the outputs (O = W V, rows
+// scaled by 1 / sum), so each key and value row is read once per call, as
+// Attend reads it. Keys and values of every slot (a decode admits them all)
+// are read straight from the cache's [heads][slots][dim] storage.
 void BM_DecodeBlas(benchmark::State& state, const Shape& shape) {
   openblas_set_num_threads(1);
   const size_t rotate = ColdCount(shape);
@@ -396,29 +424,46 @@ void BM_DecodeBlas(benchmark::State& state, const Shape& shape) {
   const int n = cases[0]->view.slots;
   const int dim = shape.dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  std::vector<float> w(static_cast<size_t>(n));
+  std::vector<float> w(static_cast<size_t>(kGroup) * static_cast<size_t>(n));
+  const auto decode = [&](const AttentionCase& c) {
+    for (int kh = 0; kh < kKvHeads; ++kh) {
+      const float* k = c.view.Key(0, kh, 0);
+      const float* v = c.view.Value(0, kh, 0);
+      const float* qg = &q[static_cast<size_t>(kh * kGroup) * dim];
+      float* og = &out[static_cast<size_t>(kh * kGroup) * dim];
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kGroup, n, dim, scale, qg, dim, k, dim,
+                  0.0f, w.data(), n);
+      float inverse[kGroup];
+      for (int g = 0; g < kGroup; ++g) {
+        float* wg = &w[static_cast<size_t>(g) * n];
+        const float max = *std::max_element(wg, wg + n);
+        float sum = 0;
+        for (int t = 0; t < n; ++t) {
+          wg[t] = std::exp(wg[t] - max);
+          sum += wg[t];
+        }
+        inverse[g] = 1.0f / sum;
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kGroup, dim, n, 1.0f, w.data(), n, v,
+                  dim, 0.0f, og, dim);
+      for (int g = 0; g < kGroup; ++g) {
+        cblas_sscal(dim, inverse[g], og + static_cast<size_t>(g) * dim, 1);
+      }
+    }
+  };
+  // The peer computes what Attend computes (checked once per shape).
+  if (!PeerMatchesAttend(state, "BM_DecodeBlas", q, [&](float* o) {
+        decode(*cases[0]);
+        std::copy(out.begin(), out.end(), o);
+      }, *cases[0], 1e-4f)) {
+    return;
+  }
   size_t next = 0;
   const double start = ProcessSeconds();
   for (auto _ : state) {
     const AttentionCase& c = *cases[next];
     next = next + 1 == rotate ? 0 : next + 1;
-    for (int kh = 0; kh < kKvHeads; ++kh) {
-      const float* k = c.view.Key(0, kh, 0);
-      const float* v = c.view.Value(0, kh, 0);
-      for (int g = 0; g < kGroup; ++g) {
-        const float* qh = &q[static_cast<size_t>(kh * kGroup + g) * dim];
-        float* o = &out[static_cast<size_t>(kh * kGroup + g) * dim];
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, n, dim, scale, k, dim, qh, 1, 0.0f, w.data(), 1);
-        const float max = *std::max_element(w.begin(), w.end());
-        float sum = 0;
-        for (float& x : w) {
-          x = std::exp(x - max);
-          sum += x;
-        }
-        cblas_sgemv(CblasRowMajor, CblasTrans, n, dim, 1.0f / sum, v, dim, w.data(), 1, 0.0f, o,
-                    1);
-      }
-    }
+    decode(c);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
