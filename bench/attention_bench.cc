@@ -1,11 +1,15 @@
 // Benchmarks of kvspec::Attend per Highway target, with the physical limits
 // they are bounded by measured in the same run:
-// - BM_StreamRead: single-core streaming read bandwidth over 1 GiB (the
-//   limit of decode attention, which reads every admitted key and value
-//   once); BM_StreamReadWrite: read+write bandwidth (in-place update of
-//   1 GiB, both directions counted); BM_PeakFma/<target>: peak FP32
-//   multiply-add rate of one core on that target (the limit of window
-//   attention over many queries).
+// - BM_StreamRead: single-stream read bandwidth over 1 GiB (gcc's SSE2
+//   baseline); BM_ReadProbe/<target>/<streams>/<KiB>: 1, 2, 4 or 8 streams
+//   read side by side with prefetching, Highway vector loads of the target,
+//   over 1 GiB (DRAM) and, 4 streams, over 32 KiB (L1) and 256 KiB (L2).
+//   The read limit of a cold run (decode attention reads every admitted key
+//   and value once) is the best of the DRAM probes, StreamRead and
+//   BM_DecodeWalk of the same shape. BM_StreamReadWrite: read+write
+//   bandwidth (in-place update of 1 GiB, both directions counted);
+//   BM_PeakFma/<target>: peak FP32 multiply-add rate of one core on that
+//   target (the limit of window attention over many queries).
 // - BM_Decode/<target>/<f32|bf16>/<head dim>/<cache length>: one decode
 //   query over a batched KV cache of 8 KV heads x 4 query heads each (32
 //   query heads), cold (rotating through at least 1 GiB of distinct caches,
@@ -31,8 +35,10 @@
 //
 // Counters: bytes_per_second counts the K and V bytes of the admitted slots
 // once per call (the least a kernel must read); items_per_second counts
-// attended (query, slot) pairs. stream_fraction = bytes_per_second over the
-// BM_StreamRead median of this process; fma_fraction (window benchmarks) =
+// attended (query, slot) pairs. read_fraction (cold runs of kvspec only:
+// not hot runs, the peer or the walk, which give GB/s) = bytes_per_second
+// over the read limit above, medians of this process; fma_fraction (window
+// benchmarks) =
 // flops per second (4 * head_dim per query head and attended pair) over
 // BM_PeakFma of the same target. They appear only when the limit ran
 // first in the same process (it is registered first, so it does unless a
@@ -325,15 +331,37 @@ void BM_StreamReadWrite(benchmark::State& state) {
 // ---------------------------------------------------------------------------
 
 
+// BM_DecodeWalk's rates by shape.
+std::map<std::string, Record>& WalkRecords() {
+  static auto* records = new std::map<std::string, Record>();
+  return *records;
+}
+std::string ShapeKey(const Shape& shape) {
+  return std::to_string(shape.context) + "/" + std::to_string(shape.columns) + "/" +
+         std::to_string(static_cast<int>(shape.storage)) + "/" + std::to_string(shape.dim) + "/" +
+         DTypeName(shape.dtype) + "/" + std::to_string(shape.window);
+}
+
+// The read limit of a cold run of `shape`: the best of the read probes
+// (BM_ReadProbe over 1 GiB, BM_StreamRead) and of BM_DecodeWalk of the same
+// shape run so far in this process; 0 before any.
+double ReadLimit(const Shape& shape) {
+  double limit = std::max(bench::BestDramRead(), StreamRecord().Median());
+  const auto walk = WalkRecords().find(ShapeKey(shape));
+  if (walk != WalkRecords().end()) limit = std::max(limit, walk->second.Median());
+  return limit;
+}
+
 // Sets bytes_per_second and items_per_second from the K+V bytes and the
-// attended pairs of one call, and stream_fraction when StreamRead has run.
-void ReportReads(benchmark::State& state, double bytes, double pairs, double seconds) {
+// attended pairs of one call, and read_fraction (bytes per second over
+// `limit`) when `limit` is positive: cold runs only.
+void ReportReads(benchmark::State& state, double bytes, double pairs, double seconds,
+                 double limit) {
   const double iterations = static_cast<double>(state.iterations());
   state.SetBytesProcessed(static_cast<int64_t>(bytes * iterations));
   state.SetItemsProcessed(static_cast<int64_t>(pairs * iterations));
-  const double stream = StreamRecord().Median();
-  if (stream > 0 && seconds > 0) {
-    state.counters["stream_fraction"] = bytes * iterations / seconds / stream;
+  if (limit > 0 && seconds > 0) {
+    state.counters["read_fraction"] = bytes * iterations / seconds / limit;
   }
 }
 
@@ -366,7 +394,7 @@ void RunAttention(benchmark::State& state, int64_t target, const Shape& shape, b
   }
   const double seconds = ProcessSeconds() - start;
   const double iterations = static_cast<double>(state.iterations());
-  ReportReads(state, bytes, pairs, seconds);
+  ReportReads(state, bytes, pairs, seconds, cold ? ReadLimit(shape) : 0.0);
   if (shape.columns > 1 && seconds > 0) {
     // q.k and w.v: a multiply-add (2 flops) per lane each, per query head
     // (all kQueryHeads of them) and attended (query, slot) pair.
@@ -468,7 +496,7 @@ void BM_DecodeBlas(benchmark::State& state, const Shape& shape) {
     benchmark::ClobberMemory();
   }
   const double seconds = ProcessSeconds() - start;
-  ReportReads(state, bytes, pairs, seconds);
+  ReportReads(state, bytes, pairs, seconds, 0.0);
   state.counters["caches"] = static_cast<double>(rotate);
 }
 
@@ -476,7 +504,7 @@ void BM_DecodeBlas(benchmark::State& state, const Shape& shape) {
 // then the values of every slot, in blocks of 8 KiB of rows in slot order,
 // the next block's rows prefetched one per row read (as Attend does), one
 // 4-byte load per 64-byte line. What the access pattern alone reaches on
-// this core, against which the decode's own fraction of StreamRead reads.
+// this core: part of the decode's read limit when it beats the probes.
 void BM_DecodeWalk(benchmark::State& state, const Shape& shape) {
   const size_t rotate = ColdCount(shape);
   const auto& cases = Cases(shape, rotate);
@@ -520,7 +548,8 @@ void BM_DecodeWalk(benchmark::State& state, const Shape& shape) {
     benchmark::DoNotOptimize(sum);
   }
   const double seconds = ProcessSeconds() - start;
-  ReportReads(state, bytes, pairs, seconds);
+  ReportReads(state, bytes, pairs, seconds, 0.0);
+  WalkRecords()[ShapeKey(shape)].AddRate(bytes * static_cast<double>(state.iterations()), seconds);
   state.counters["caches"] = static_cast<double>(rotate);
 }
 
@@ -533,6 +562,20 @@ void RegisterAll() {
     benchmark::RegisterBenchmark((std::string("BM_PeakFma/") + hwy::TargetName(target)).c_str(),
                                  [target](benchmark::State& state) { bench::PeakFma(state, target); })
         ->Unit(benchmark::kMillisecond);
+  }
+  // The read probes: 1, 2, 4 and 8 streams over 1 GiB (DRAM), 4 streams
+  // over 32 KiB (L1) and 256 KiB (L2), every target.
+  for (const int64_t target : targets) {
+    for (const int streams : {1, 2, 4, 8, -32, -256}) {
+      const size_t bytes = streams > 0 ? kColdBytes : size_t{1024} * static_cast<size_t>(-streams);
+      const int n = streams > 0 ? streams : 4;
+      const std::string name = std::string("BM_ReadProbe/") + hwy::TargetName(target) + "/" +
+                               std::to_string(n) + "/" + std::to_string(bytes / 1024);
+      benchmark::RegisterBenchmark(name.c_str(), [target, bytes, n](benchmark::State& state) {
+        const std::vector<uint64_t>& buffer = StreamBuffer();
+        bench::ReadProbe(state, target, buffer.data(), bytes, n);
+      })->Unit(bytes >= bench::kDramProbeBytes ? benchmark::kMillisecond : benchmark::kNanosecond);
+    }
   }
 
   // Shape outermost, so each working set is built once per process and

@@ -19,9 +19,13 @@ import subprocess
 import sys
 import tempfile
 
-# The first present is the limit a benchmark is held to: window attention
-# reports both, and is bound by FMA throughput.
-FRACTIONS = ("fma_fraction", "stream_fraction", "rw_fraction", "inplace_fraction")
+# The first present is the limit a benchmark is held to: a cold window
+# attention reports both, and is bound by FMA throughput. Fractions of a
+# memory limit (read, rw, inplace) are reported by the suites for cold runs
+# of kvspec only: hot runs, the peers (Blas, Ggml) and BM_DecodeWalk give
+# GB/s or GFLOP/s, next to the L1 and L2 read probes.
+FRACTIONS = ("fma_fraction", "read_fraction", "rw_fraction", "inplace_fraction")
+LIMITS = ("BM_Stream", "BM_PeakFma", "BM_ReadProbe")
 
 
 def load(paths):
@@ -58,15 +62,25 @@ def summary(paths):
     print("%-48s %12s %10s  %s" % ("benchmark", "cpu time", "fraction", "of limit"))
     for name, b in runs.items():
         key, value = fraction(b)
-        rate = b.get("bytes_per_second") or b.get("flops")
+        rate = b.get("flops") or b.get("bytes_per_second")
         extra = ""
         if rate:
-            extra = "%.2f G%s/s" % (rate / 1e9, "B" if "bytes_per_second" in b else "flop")
+            extra = "%.2f G%s/s" % (rate / 1e9, "flop" if "flops" in b else "B")
         if key:
             print("%-48s %10.3f ms %10.3f  %s  %s" % (name, seconds(b) * 1e3, value,
                                                    key.replace("_fraction", ""), extra))
-        elif name.startswith(("BM_Stream", "BM_PeakFma")):
+        elif name.startswith(LIMITS):
             print("%-48s %10.3f ms %10s  (limit) %s" % (name, seconds(b) * 1e3, "", extra))
+        elif extra:
+            print("%-48s %10.3f ms %10s  %s" % (name, seconds(b) * 1e3, "", extra))
+    # The read limit of cold decodes: the best DRAM read probe of the run
+    # (BM_StreamRead, BM_ReadProbe over 1 GiB), or the shape's own walk.
+    probes = [(b["bytes_per_second"], name) for name, b in runs.items()
+              if name == "BM_StreamRead" or re.match(r"BM_ReadProbe/[^/]+/\d+/1048576$", name)]
+    if probes:
+        rate, name = max(probes)
+        print("read limit: best probe %s %.2f GB/s; a cold decode's limit is the larger of it "
+              "and BM_DecodeWalk of its shape" % (name, rate / 1e9))
     # Peer and storage ratios, same run.
     ratios = []
     for name, b in runs.items():
@@ -76,8 +90,15 @@ def summary(paths):
         target, dim, length = m.groups()
         blas = runs.get("BM_DecodeBlas/f32/%s/%s" % (dim, length))
         if blas:
-            ratios.append(("BLAS time / kvspec time, %s, dim %s, %s tokens" % (target, dim, length),
-                           seconds(blas) / seconds(b)))
+            ratios.append(("BLAS sgemm time / kvspec time, %s, dim %s, %s tokens"
+                           % (target, dim, length), seconds(blas) / seconds(b)))
+        for kv in ("f32", "f16"):
+            ggml = runs.get("BM_DecodeGgml/%s/%s/%s" % (kv, dim, length))
+            ours = b if kv == "f32" else runs.get("BM_Decode/%s/bf16/%s/%s" % (target, dim, length))
+            if ggml and ours:
+                ratios.append(("ggml %s time / kvspec %s time, %s, dim %s, %s tokens"
+                               % (kv, "f32" if kv == "f32" else "bf16", target, dim, length),
+                               seconds(ggml) / seconds(ours)))
         bf16 = runs.get("BM_Decode/%s/bf16/%s/%s" % (target, dim, length))
         if bf16:
             ratios.append(("f32 time / bf16 time, %s, dim %s, %s tokens" % (target, dim, length),
@@ -109,7 +130,8 @@ def chart(out, paths):
         script = "\n".join([
             'set terminal pngcairo size 1100,%d font ",9"' % height,
             'set output "%s"' % out,
-            'set title "Fraction of the physical limit (same run): stream read, peak FMA, read+write"',
+            'set title "Fraction of the limit, same run: cold runs of the read limit or read+write; '
+            'windows and hot recurrent steps of peak FMA"',
             "set style fill solid 0.8",
             "set boxwidth 0.7",
             "set yrange [-1:%d]" % len(rows),
