@@ -60,6 +60,9 @@
 
 #include <time.h>
 
+#ifdef KVSPEC_GGML_PEERS
+#include "bench/ggml_peers.h"
+#endif
 #include "bench/limits.h"
 #include "bench/records.h"
 #include "bench/target_scope.h"
@@ -674,10 +677,138 @@ void RegisterAll() {
   }
 }
 
+
+#ifdef KVSPEC_GGML_PEERS
+// ---------------------------------------------------------------------------
+// ggml's FLASH_ATTN_EXT on the same shapes (bench/ggml_peers.h), f32 and f16
+// K/V (ggml reads f16, not bf16: compare f16 with our bf16, both 2 bytes).
+
+// The peer computes what Attend computes: on one small decode (256 slots)
+// and one small window, f32 K/V within 1e-4 of the largest output (this
+// pins the head mapping, scale and mask); f16 K/V (queries, keys and values
+// rounded to f16 first, for both) within 2e-2: ggml converts the query to
+// f16 and accumulates the f16 values in an f16 accumulator, 2^-11 relative
+// per step, about sqrt(256) * 2^-11 = 8e-3 over 256 slots (measured here:
+// 5.5e-3). Checked once per process, before the first ggml benchmark; a
+// mismatch fails every ggml run.
+bool GgmlMatchesAttend(benchmark::State& state) {
+  static int verdict = -1;  // -1 not yet checked
+  if (verdict >= 0) {
+    if (verdict == 0) state.SkipWithError("ggml FLASH_ATTN_EXT differs from Attend (see above)");
+    return verdict == 1;
+  }
+  verdict = 1;
+  for (const int32_t columns : {1, 16}) {
+    for (const bool f16 : {false, true}) {
+      Shape shape;
+      shape.context = columns == 1 ? 255 : 64;
+      shape.columns = columns;
+      shape.dim = 64;
+      Values values(0x636865636Bull + static_cast<uint64_t>(columns));
+      const size_t n = static_cast<size_t>(shape.context + shape.columns);
+      std::vector<float> k(n * kKvHeads * shape.dim), v(k.size());
+      std::vector<float> q(static_cast<size_t>(columns) * kQueryHeads * shape.dim);
+      values.Fill(&k);
+      values.Fill(&v);
+      values.Fill(&q);
+      if (f16) {
+        bench::GgmlRoundToF16(k.data(), k.size());
+        bench::GgmlRoundToF16(v.data(), v.size());
+        bench::GgmlRoundToF16(q.data(), q.size());
+      }
+      const std::unique_ptr<AttentionCase> c = MakeCase(shape, k, v);
+      // K/V as ggml takes them, [kv_heads][slots][dim].
+      const size_t slots = static_cast<size_t>(c->view.slots);
+      std::vector<float> kd(kKvHeads * slots * shape.dim), vd(kd.size());
+      for (int kh = 0; kh < kKvHeads; ++kh) {
+        for (int32_t t = 0; t < c->view.slots; ++t) {
+          const size_t at = (static_cast<size_t>(kh) * slots + t) * shape.dim;
+          std::copy(c->view.Key(0, kh, t), c->view.Key(0, kh, t) + shape.dim, kd.begin() + at);
+          std::copy(c->view.Value(0, kh, t), c->view.Value(0, kh, t) + shape.dim,
+                    vd.begin() + at);
+        }
+      }
+      bench::GgmlAttentionShape g;
+      g.dim = shape.dim;
+      g.kv_heads = kKvHeads;
+      g.q_heads = kQueryHeads;
+      g.n_kv = c->view.slots;
+      g.columns = columns;
+      g.f16 = f16;
+      const std::string name = std::string("ggml FLASH_ATTN_EXT ") + (f16 ? "f16" : "f32") +
+                               (columns == 1 ? " decode" : " window");
+      if (!PeerMatchesAttend(
+              state, name.c_str(), q,
+              [&](float* o) { bench::GgmlAttendOnce(g, q.data(), kd.data(), vd.data(), o); }, *c,
+              f16 ? 2e-2f : 1e-4f)) {
+        verdict = 0;
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+void RegisterGgmlPeers() {
+  const auto add = [](const std::string& name, bench::GgmlAttentionShape shape, bool cold,
+                      std::vector<int64_t> args) {
+    benchmark::RegisterBenchmark(name.c_str(), [shape, cold](benchmark::State& state) {
+      if (!GgmlMatchesAttend(state)) return;
+      bench::GgmlAttentionBenchmark(state, shape, cold, kColdBytes);
+    })->Args(args)->Unit(benchmark::kMicrosecond);
+  };
+  for (const int dim : kHeadDims) {
+    for (const int32_t length : kDecodeLengths) {
+      for (const bool f16 : {false, true}) {
+        bench::GgmlAttentionShape shape;
+        shape.dim = dim;
+        shape.kv_heads = kKvHeads;
+        shape.q_heads = kQueryHeads;
+        shape.n_kv = length;
+        shape.f16 = f16;
+        add(std::string("BM_DecodeGgml/") + (f16 ? "f16" : "f32"), shape, true, {dim, length});
+      }
+    }
+  }
+  for (const int32_t length : kHotLengths) {
+    for (const bool f16 : {false, true}) {
+      bench::GgmlAttentionShape shape;
+      shape.dim = kDefaultDim;
+      shape.kv_heads = kKvHeads;
+      shape.q_heads = kQueryHeads;
+      shape.n_kv = length;
+      shape.f16 = f16;
+      add(std::string("BM_DecodeHotGgml/") + (f16 ? "f16" : "f32"), shape, false,
+          {kDefaultDim, length});
+    }
+  }
+  for (const int32_t columns : kWindowColumns) {
+    for (const bool f16 : {false, true}) {
+      for (const bool cold : {true, false}) {
+        bench::GgmlAttentionShape shape;
+        shape.dim = kDefaultDim;
+        shape.kv_heads = kKvHeads;
+        shape.q_heads = kQueryHeads;
+        shape.n_kv = kWindowContext + columns;
+        shape.columns = columns;
+        shape.f16 = f16;
+        add(std::string(cold ? "BM_WindowGgml/" : "BM_WindowHotGgml/") + (f16 ? "f16" : "f32"),
+            shape, cold, {kWindowContext, columns});
+      }
+    }
+  }
+}
+#endif  // KVSPEC_GGML_PEERS
+
 }  // namespace
 }  // namespace kvspec
 
 // Called by bench/main.cc.
 namespace kvspec::bench {
-void RegisterBenchmarks() { kvspec::RegisterAll(); }
+void RegisterBenchmarks() {
+  kvspec::RegisterAll();
+#ifdef KVSPEC_GGML_PEERS
+  kvspec::RegisterGgmlPeers();
+#endif
+}
 }  // namespace kvspec::bench

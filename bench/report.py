@@ -108,6 +108,30 @@ def summary(paths):
             if walk and run:
                 ratios.append(("walk time / kvspec time, %s %s, dim %s, %s tokens"
                                % (target, dtype, dim, length), seconds(walk) / seconds(run)))
+    # ssm_bench: ggml's GATED_DELTA_NET alone against our whole Forward step,
+    # ggml's SSM_CONV + SILU against ConvStep; attention windows.
+    for name, b in runs.items():
+        m = re.match(r"BM_(Decode|DecodeHot)/([^/]+)/(\d+)/1$", name)
+        if m:
+            kind, target, heads = m.groups()
+            ggml = runs.get("BM_%sGgml/%s/1" % (kind, heads))
+            if ggml and "us_per_step" in b:
+                ratios.append(("ggml GATED_DELTA_NET time / kvspec step time, %s %s, %s heads"
+                               % (kind, target, heads), seconds(ggml) / seconds(b)))
+        m = re.match(r"BM_ConvStep/([^/]+)/(\d+)/(\d+)$", name)
+        if m:
+            ggml = runs.get("BM_ConvStepGgml/%s/%s" % m.groups()[1:])
+            if ggml:
+                ratios.append(("ggml SSM_CONV+SILU time / ConvStep time, %s, %s channels"
+                               % (m.group(1), m.group(2)), seconds(ggml) / seconds(b)))
+        m = re.match(r"BM_(Window|WindowHot)/([^/]+)/1024/(\d+)$", name)
+        if m:
+            kind, target, columns = m.groups()
+            for kv in ("f32", "f16"):
+                ggml = runs.get("BM_%sGgml/%s/1024/%s" % (kind, kv, columns))
+                if ggml:
+                    ratios.append(("ggml %s time / kvspec f32 time, %s %s, L %s"
+                                   % (kv, kind, target, columns), seconds(ggml) / seconds(b)))
     for label, value in ratios:
         print("%-64s %6.2fx" % (label, value))
 
