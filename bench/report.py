@@ -6,6 +6,10 @@
                                        kernel and target (gnuplot)
   report.py compare OLD.json NEW.json  per benchmark: median time of each
                                        run, NEW/OLD, and fraction counters
+  report.py table [--cpu NAME] RUN.json...
+                                       the README's table of goals (markdown):
+                                       each figure with its limit or peer
+                                       from the same run, on the best target
 
 Only the median aggregates are read when a run has repetitions, else the
 single runs. Standard library only; the chart needs gnuplot (Debian
@@ -172,6 +176,124 @@ def chart(out, paths):
     print("chart: %s (%d benchmarks)" % (out, len(rows)))
 
 
+def load_averages(paths):
+    out = []
+    for path in paths:
+        with open(path) as f:
+            la = json.load(f).get("context", {}).get("load_avg")
+        if la:
+            out.append("%s: %s" % (os.path.basename(path), " ".join("%.1f" % x for x in la)))
+    return out
+
+
+def table(paths, cpu):
+    """Markdown rows: what, figure, limit or peer, ratio, goal, met."""
+    runs = load(paths)
+    fmas = {n.split("/")[1]: b.get("flops", 0) for n, b in runs.items()
+            if n.startswith("BM_PeakFma/")}
+    if not fmas:
+        sys.exit("report.py table: no BM_PeakFma in %s" % ", ".join(paths))
+    target = max(fmas, key=fmas.get)
+    gb = lambda b: b["bytes_per_second"] / 1e9
+    rows = []
+
+    def row(what, figure, against, ratio, goal, met):
+        rows.append("| %s | %s | %s | %s | %s | %s |" % (
+            what, figure, against, "" if ratio is None else "%.2f" % ratio, goal,
+            "" if met is None else ("met" if met else "**not met**")))
+
+    probes = [(b["bytes_per_second"], n) for n, b in runs.items()
+              if n == "BM_StreamRead" or re.match(r"BM_ReadProbe/[^/]+/\d+/1048576$", n)]
+    best_probe = max(probes) if probes else (0, "")
+    if probes:
+        row("read limit: best DRAM read probe", "%.2f GB/s" % (best_probe[0] / 1e9),
+            best_probe[1].replace("BM_", ""), None, "", None)
+    for kib, level in (("32", "L1"), ("256", "L2")):
+        b = runs.get("BM_ReadProbe/%s/4/%s" % (target, kib))
+        if b:
+            row("%s read (4 streams, %s KiB, hot)" % (level, kib), "%.1f GB/s" % gb(b), "", None,
+                "", None)
+    row("peak FMA, %s" % target, "%.1f GFLOP/s" % (fmas[target] / 1e9), "", None, "", None)
+    for dim in (64, 128, 256):
+        for length in (16384, 32768):
+            b = runs.get("BM_Decode/%s/f32/%d/%d" % (target, dim, length))
+            if not b:
+                continue
+            walk = runs.get("BM_DecodeWalk/f32/%d/%d" % (dim, length))
+            limit, name = best_probe[0], best_probe[1].replace("BM_", "")
+            if walk and walk["bytes_per_second"] > limit:
+                limit, name = walk["bytes_per_second"], "DecodeWalk"
+            if limit:
+                f = b["bytes_per_second"] / limit
+                row("decode f32 cold, dim %d, %d tokens" % (dim, length), "%.2f GB/s" % gb(b),
+                    "read limit %.2f GB/s (%s)" % (limit / 1e9, name), f, ">= 0.85", f >= 0.85)
+            bf16 = runs.get("BM_Decode/%s/bf16/%d/%d" % (target, dim, length))
+            if bf16:
+                r = seconds(b) / seconds(bf16)
+                row("bf16 vs f32 decode, dim %d, %d tokens" % (dim, length),
+                    "%.3f ms" % (seconds(bf16) * 1e3), "f32 %.3f ms" % (seconds(b) * 1e3), r,
+                    ">= 1.7x", r >= 1.7)
+            blas = runs.get("BM_DecodeBlas/f32/%d/%d" % (dim, length))
+            if blas:
+                r = seconds(blas) / seconds(b)
+                row("kvspec f32 vs OpenBLAS sgemm peer, dim %d, %d tokens" % (dim, length),
+                    "%.3f ms" % (seconds(b) * 1e3), "BLAS %.3f ms" % (seconds(blas) * 1e3), r,
+                    "", None)
+            for kv, ours in (("f32", b), ("f16", bf16)):
+                g = runs.get("BM_DecodeGgml/%s/%d/%d" % (kv, dim, length))
+                if g and ours:
+                    r = seconds(g) / seconds(ours)
+                    row("kvspec %s vs ggml %s decode, dim %d, %d tokens"
+                        % ("f32" if kv == "f32" else "bf16", kv, dim, length),
+                        "%.3f ms" % (seconds(ours) * 1e3), "ggml %.3f ms" % (seconds(g) * 1e3),
+                        r, ">= 3x", r >= 3)
+    for columns in (64, 128, 512):
+        b = runs.get("BM_Window/%s/1024/%d" % (target, columns))
+        if b and "fma_fraction" in b:
+            f = b["fma_fraction"]
+            row("window attention, L = %d after 1024" % columns, "%.1f GFLOP/s" % (b["flops"] / 1e9),
+                "peak FMA %s" % target, f, ">= 0.6", f >= 0.6)
+            for kv in ("f32", "f16"):
+                g = runs.get("BM_WindowGgml/%s/1024/%d" % (kv, columns))
+                if g:
+                    r = seconds(g) / seconds(b)
+                    row("kvspec f32 vs ggml %s window, L = %d" % (kv, columns),
+                        "%.3f ms" % (seconds(b) * 1e3), "ggml %.3f ms" % (seconds(g) * 1e3), r,
+                        "", None)
+    hot = runs.get("BM_DecodeHot/%s/16/1" % target)
+    if hot and "fma_fraction" in hot:
+        f = hot["fma_fraction"]
+        row("gated delta step, hot, 16 heads x 128^2", "%.1f us" % (seconds(hot) * 1e6),
+            "peak FMA %s" % target, f, ">= 0.5", f >= 0.5)
+    cold = runs.get("BM_Decode/%s/16/1" % target)
+    if cold and "inplace_fraction" in cold:
+        f = cold["inplace_fraction"]
+        row("gated delta step, cold, 16 heads", "%.1f us (%.1f GB/s)" % (seconds(cold) * 1e6, gb(cold)),
+            "in-place read+write limit", f, ">= 1/1.15 = 0.87", f >= 1 / 1.15)
+    for kind, b in (("hot", hot), ("cold", cold)):
+        g = runs.get("BM_Decode%sGgml/16/1" % ("Hot" if kind == "hot" else ""))
+        if g and b:
+            r = seconds(g) / seconds(b)
+            row("kvspec step vs ggml GATED_DELTA_NET, %s, 16 heads" % kind,
+                "%.1f us" % (seconds(b) * 1e6), "ggml %.1f us" % (seconds(g) * 1e6), r, ">= 3x",
+                r >= 3)
+    conv = runs.get("BM_ConvStep/%s/8192/4" % target)
+    if conv:
+        us = seconds(conv) * 1e6
+        g = runs.get("BM_ConvStepGgml/8192/4")
+        row("conv1d decode step, 8192 channels, K = 4", "%.2f us" % us,
+            "ggml SSM_CONV+SILU %.2f us" % (seconds(g) * 1e6) if g else "",
+            seconds(g) / seconds(conv) if g else None, "<= 3 us", us <= 3)
+    print("On %s, best Highway target %s, one thread pinned; medians of the run's repetitions; "
+          "load average at the start %s." % (cpu or "(CPU not given)", target,
+                                             "; ".join(load_averages(paths)) or "unknown"))
+    print()
+    print("| what | figure | limit or peer (same run) | ratio | goal | |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(r)
+
+
 def compare(old_path, new_path):
     old, new = load([old_path]), load([new_path])
     print("%-48s %12s %12s %8s  %s" % ("benchmark", "old", "new", "new/old", "fractions old -> new"))
@@ -200,6 +322,12 @@ def main(argv):
         summary(argv[2:])
     elif command == "chart" and len(argv) >= 4:
         chart(argv[2], argv[3:])
+    elif command == "table" and len(argv) >= 3:
+        args = argv[2:]
+        cpu = None
+        if args[0] == "--cpu" and len(args) >= 3:
+            cpu, args = args[1], args[2:]
+        table(args, cpu)
     elif command == "compare" and len(argv) == 4:
         compare(argv[2], argv[3])
     else:
