@@ -187,19 +187,36 @@ def load_averages(paths):
 
 
 def table(paths, cpu):
-    """Markdown rows: what, figure, limit or peer, ratio, goal, met."""
-    runs = load(paths)
+    """Markdown rows: what, figure, limit or peer, ratio, goal, met. Each
+    file (one suite's process) is read on its own: its figures go with the
+    limits and peers of that process only."""
+    rows = []
+    targets = []
+    for path in paths:
+        targets.append(table_rows(load([path]), path, rows))
+    print("On %s, best Highway target %s, one thread pinned; medians of the run's repetitions; "
+          "load average at the start %s." % (cpu or "(CPU not given)", ", ".join(sorted(set(targets))),
+                                             "; ".join(load_averages(paths)) or "unknown"))
+    print()
+    print("| what | figure | limit or peer (same process) | ratio | goal | |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(r)
+
+
+def table_rows(runs, path, rows):
+    """Appends the table rows of one suite's run; returns its best target."""
     fmas = {n.split("/")[1]: b.get("flops", 0) for n, b in runs.items()
             if n.startswith("BM_PeakFma/")}
     if not fmas:
-        sys.exit("report.py table: no BM_PeakFma in %s" % ", ".join(paths))
+        sys.exit("report.py table: no BM_PeakFma in %s" % path)
     target = max(fmas, key=fmas.get)
     gb = lambda b: b["bytes_per_second"] / 1e9
-    rows = []
+    suite = os.path.basename(path).split(".")[0]
 
     def row(what, figure, against, ratio, goal, met):
-        rows.append("| %s | %s | %s | %s | %s | %s |" % (
-            what, figure, against, "" if ratio is None else "%.2f" % ratio, goal,
+        rows.append("| %s: %s | %s | %s | %s | %s | %s |" % (
+            suite, what, figure, against, "" if ratio is None else "%.2f" % ratio, goal,
             "" if met is None else ("met" if met else "**not met**")))
 
     probes = [(b["bytes_per_second"], n) for n, b in runs.items()
@@ -214,6 +231,9 @@ def table(paths, cpu):
             row("%s read (4 streams, %s KiB, hot)" % (level, kib), "%.1f GB/s" % gb(b), "", None,
                 "", None)
     row("peak FMA, %s" % target, "%.1f GFLOP/s" % (fmas[target] / 1e9), "", None, "", None)
+    rw = runs.get("BM_StreamReadWriteInPlace")
+    if rw:
+        row("in-place read+write limit", "%.2f GB/s" % gb(rw), "", None, "", None)
     for dim in (64, 128, 256):
         for length in (16384, 32768):
             b = runs.get("BM_Decode/%s/f32/%d/%d" % (target, dim, length))
@@ -284,14 +304,7 @@ def table(paths, cpu):
         row("conv1d decode step, 8192 channels, K = 4", "%.2f us" % us,
             "ggml SSM_CONV+SILU %.2f us" % (seconds(g) * 1e6) if g else "",
             seconds(g) / seconds(conv) if g else None, "<= 3 us", us <= 3)
-    print("On %s, best Highway target %s, one thread pinned; medians of the run's repetitions; "
-          "load average at the start %s." % (cpu or "(CPU not given)", target,
-                                             "; ".join(load_averages(paths)) or "unknown"))
-    print()
-    print("| what | figure | limit or peer (same run) | ratio | goal | |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        print(r)
+    return target
 
 
 def compare(old_path, new_path):
