@@ -1,11 +1,15 @@
 // Benchmarks of kvspec::Attend per Highway target, with the physical limits
 // they are bounded by measured in the same run:
-// - BM_StreamRead: single-core streaming read bandwidth over 1 GiB (the
-//   limit of decode attention, which reads every admitted key and value
-//   once); BM_StreamReadWrite: read+write bandwidth (in-place update of
-//   1 GiB, both directions counted); BM_PeakFma/<target>: peak FP32
-//   multiply-add rate of one core on that target (the limit of window
-//   attention over many queries).
+// - BM_StreamRead: single-stream read bandwidth over 1 GiB (gcc's SSE2
+//   baseline); BM_ReadProbe/<target>/<streams>/<KiB>: 1, 2, 4 or 8 streams
+//   read side by side with prefetching, Highway vector loads of the target,
+//   over 1 GiB (DRAM) and, 4 streams, over 32 KiB (L1) and 256 KiB (L2).
+//   The read limit of a cold run (decode attention reads every admitted key
+//   and value once) is the best of the DRAM probes, StreamRead and
+//   BM_DecodeWalk of the same shape. BM_StreamReadWrite: read+write
+//   bandwidth (in-place update of 1 GiB, both directions counted);
+//   BM_PeakFma/<target>: peak FP32 multiply-add rate of one core on that
+//   target (the limit of window attention over many queries).
 // - BM_Decode/<target>/<f32|bf16>/<head dim>/<cache length>: one decode
 //   query over a batched KV cache of 8 KV heads x 4 query heads each (32
 //   query heads), cold (rotating through at least 1 GiB of distinct caches,
@@ -13,8 +17,9 @@
 //   shape on one cache reused. bf16: the same keys and values stored as
 //   bfloat16 (KvView::k_bf16), half the bytes.
 // - BM_DecodeBlas/f32/<head dim>/<cache length>: the peer, decode written
-//   the way a user would with OpenBLAS (single-threaded): per query head,
-//   cblas_sgemv for the scores, a softmax, cblas_sgemv for the values.
+//   the way a user who knows GQA would with OpenBLAS (single-threaded): per
+//   KV head, one cblas_sgemm for the scores of its 4 query heads, a softmax,
+//   one cblas_sgemm for their outputs.
 // - BM_DecodeWalk/<f32|bf16>/<head dim>/<cache length>: the decode's memory
 //   walk over the same cold caches (rows in the same blocks and order, the
 //   next block prefetched) with no arithmetic: what the access pattern alone
@@ -30,8 +35,10 @@
 //
 // Counters: bytes_per_second counts the K and V bytes of the admitted slots
 // once per call (the least a kernel must read); items_per_second counts
-// attended (query, slot) pairs. stream_fraction = bytes_per_second over the
-// BM_StreamRead median of this process; fma_fraction (window benchmarks) =
+// attended (query, slot) pairs. read_fraction (cold runs of kvspec only:
+// not hot runs, the peer or the walk, which give GB/s) = bytes_per_second
+// over the read limit above, medians of this process; fma_fraction (window
+// benchmarks) =
 // flops per second (4 * head_dim per query head and attended pair) over
 // BM_PeakFma of the same target. They appear only when the limit ran
 // first in the same process (it is registered first, so it does unless a
@@ -53,6 +60,9 @@
 
 #include <time.h>
 
+#ifdef KVSPEC_GGML_PEERS
+#include "bench/ggml_peers.h"
+#endif
 #include "bench/limits.h"
 #include "bench/records.h"
 #include "bench/target_scope.h"
@@ -324,15 +334,37 @@ void BM_StreamReadWrite(benchmark::State& state) {
 // ---------------------------------------------------------------------------
 
 
+// BM_DecodeWalk's rates by shape.
+std::map<std::string, Record>& WalkRecords() {
+  static auto* records = new std::map<std::string, Record>();
+  return *records;
+}
+std::string ShapeKey(const Shape& shape) {
+  return std::to_string(shape.context) + "/" + std::to_string(shape.columns) + "/" +
+         std::to_string(static_cast<int>(shape.storage)) + "/" + std::to_string(shape.dim) + "/" +
+         DTypeName(shape.dtype) + "/" + std::to_string(shape.window);
+}
+
+// The read limit of a cold run of `shape`: the best of the read probes
+// (BM_ReadProbe over 1 GiB, BM_StreamRead) and of BM_DecodeWalk of the same
+// shape run so far in this process; 0 before any.
+double ReadLimit(const Shape& shape) {
+  double limit = std::max(bench::BestDramRead(), StreamRecord().Median());
+  const auto walk = WalkRecords().find(ShapeKey(shape));
+  if (walk != WalkRecords().end()) limit = std::max(limit, walk->second.Median());
+  return limit;
+}
+
 // Sets bytes_per_second and items_per_second from the K+V bytes and the
-// attended pairs of one call, and stream_fraction when StreamRead has run.
-void ReportReads(benchmark::State& state, double bytes, double pairs, double seconds) {
+// attended pairs of one call, and read_fraction (bytes per second over
+// `limit`) when `limit` is positive: cold runs only.
+void ReportReads(benchmark::State& state, double bytes, double pairs, double seconds,
+                 double limit) {
   const double iterations = static_cast<double>(state.iterations());
   state.SetBytesProcessed(static_cast<int64_t>(bytes * iterations));
   state.SetItemsProcessed(static_cast<int64_t>(pairs * iterations));
-  const double stream = StreamRecord().Median();
-  if (stream > 0 && seconds > 0) {
-    state.counters["stream_fraction"] = bytes * iterations / seconds / stream;
+  if (limit > 0 && seconds > 0) {
+    state.counters["read_fraction"] = bytes * iterations / seconds / limit;
   }
 }
 
@@ -365,7 +397,7 @@ void RunAttention(benchmark::State& state, int64_t target, const Shape& shape, b
   }
   const double seconds = ProcessSeconds() - start;
   const double iterations = static_cast<double>(state.iterations());
-  ReportReads(state, bytes, pairs, seconds);
+  ReportReads(state, bytes, pairs, seconds, cold ? ReadLimit(shape) : 0.0);
   if (shape.columns > 1 && seconds > 0) {
     // q.k and w.v: a multiply-add (2 flops) per lane each, per query head
     // (all kQueryHeads of them) and attended (query, slot) pair.
@@ -379,10 +411,37 @@ void RunAttention(benchmark::State& state, int64_t target, const Shape& shape, b
   state.counters["caches"] = static_cast<double>(rotate);
 }
 
-// The peer: decode as a user would write it with OpenBLAS (one thread):
-// per KV head and query head, scores = K q / sqrt(dim) (sgemv), softmax,
-// out = V^T w / sum (sgemv). Keys and values of every slot (a decode admits
-// them all) read straight from the cache's [heads][slots][dim] storage.
+// Runs `peer` (which writes kQueryHeads * dim outputs of a decode of `q`
+// over case `c`) and Attend on the same case, and fails the benchmark when
+// an output differs by more than tolerance times the largest |output| of
+// Attend (decode outputs are averages of values in [-1, 1), far below 1).
+template <typename Peer>
+bool PeerMatchesAttend(benchmark::State& state, const char* name, const std::vector<float>& q,
+                       Peer peer, const AttentionCase& c, float tolerance) {
+  std::vector<float> want(q.size()), got(q.size());
+  Attend(q.data(), kQueryHeads, c.view, c.mask, want.data());
+  peer(got.data());
+  float largest = 0;
+  for (const float x : want) largest = std::max(largest, std::fabs(x));
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!(std::fabs(got[i] - want[i]) <= tolerance * largest)) {
+      const std::string message = std::string(name) + " differs from Attend at output " +
+                                  std::to_string(i) + ": " + std::to_string(got[i]) + " vs " +
+                                  std::to_string(want[i]);
+      state.SkipWithError(message.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+// The peer: decode as a user who knows grouped-query attention writes it
+// with OpenBLAS (one thread): per KV head, the scores of that head's kGroup
+// query heads in one sgemm (S = Q K^T / sqrt(dim), kGroup x slots), a
+// softmax per query head, then one sgemm for the outputs (O = W V, rows
+// scaled by 1 / sum), so each key and value row is read once per call, as
+// Attend reads it. Keys and values of every slot (a decode admits them all)
+// are read straight from the cache's [heads][slots][dim] storage.
 void BM_DecodeBlas(benchmark::State& state, const Shape& shape) {
   openblas_set_num_threads(1);
   const size_t rotate = ColdCount(shape);
@@ -396,34 +455,51 @@ void BM_DecodeBlas(benchmark::State& state, const Shape& shape) {
   const int n = cases[0]->view.slots;
   const int dim = shape.dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  std::vector<float> w(static_cast<size_t>(n));
+  std::vector<float> w(static_cast<size_t>(kGroup) * static_cast<size_t>(n));
+  const auto decode = [&](const AttentionCase& c) {
+    for (int kh = 0; kh < kKvHeads; ++kh) {
+      const float* k = c.view.Key(0, kh, 0);
+      const float* v = c.view.Value(0, kh, 0);
+      const float* qg = &q[static_cast<size_t>(kh * kGroup) * dim];
+      float* og = &out[static_cast<size_t>(kh * kGroup) * dim];
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kGroup, n, dim, scale, qg, dim, k, dim,
+                  0.0f, w.data(), n);
+      float inverse[kGroup];
+      for (int g = 0; g < kGroup; ++g) {
+        float* wg = &w[static_cast<size_t>(g) * n];
+        const float max = *std::max_element(wg, wg + n);
+        float sum = 0;
+        for (int t = 0; t < n; ++t) {
+          wg[t] = std::exp(wg[t] - max);
+          sum += wg[t];
+        }
+        inverse[g] = 1.0f / sum;
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kGroup, dim, n, 1.0f, w.data(), n, v,
+                  dim, 0.0f, og, dim);
+      for (int g = 0; g < kGroup; ++g) {
+        cblas_sscal(dim, inverse[g], og + static_cast<size_t>(g) * dim, 1);
+      }
+    }
+  };
+  // The peer computes what Attend computes (checked once per shape).
+  if (!PeerMatchesAttend(state, "BM_DecodeBlas", q, [&](float* o) {
+        decode(*cases[0]);
+        std::copy(out.begin(), out.end(), o);
+      }, *cases[0], 1e-4f)) {
+    return;
+  }
   size_t next = 0;
   const double start = ProcessSeconds();
   for (auto _ : state) {
     const AttentionCase& c = *cases[next];
     next = next + 1 == rotate ? 0 : next + 1;
-    for (int kh = 0; kh < kKvHeads; ++kh) {
-      const float* k = c.view.Key(0, kh, 0);
-      const float* v = c.view.Value(0, kh, 0);
-      for (int g = 0; g < kGroup; ++g) {
-        const float* qh = &q[static_cast<size_t>(kh * kGroup + g) * dim];
-        float* o = &out[static_cast<size_t>(kh * kGroup + g) * dim];
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, n, dim, scale, k, dim, qh, 1, 0.0f, w.data(), 1);
-        const float max = *std::max_element(w.begin(), w.end());
-        float sum = 0;
-        for (float& x : w) {
-          x = std::exp(x - max);
-          sum += x;
-        }
-        cblas_sgemv(CblasRowMajor, CblasTrans, n, dim, 1.0f / sum, v, dim, w.data(), 1, 0.0f, o,
-                    1);
-      }
-    }
+    decode(c);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
   const double seconds = ProcessSeconds() - start;
-  ReportReads(state, bytes, pairs, seconds);
+  ReportReads(state, bytes, pairs, seconds, 0.0);
   state.counters["caches"] = static_cast<double>(rotate);
 }
 
@@ -431,7 +507,7 @@ void BM_DecodeBlas(benchmark::State& state, const Shape& shape) {
 // then the values of every slot, in blocks of 8 KiB of rows in slot order,
 // the next block's rows prefetched one per row read (as Attend does), one
 // 4-byte load per 64-byte line. What the access pattern alone reaches on
-// this core, against which the decode's own fraction of StreamRead reads.
+// this core: part of the decode's read limit when it beats the probes.
 void BM_DecodeWalk(benchmark::State& state, const Shape& shape) {
   const size_t rotate = ColdCount(shape);
   const auto& cases = Cases(shape, rotate);
@@ -475,7 +551,8 @@ void BM_DecodeWalk(benchmark::State& state, const Shape& shape) {
     benchmark::DoNotOptimize(sum);
   }
   const double seconds = ProcessSeconds() - start;
-  ReportReads(state, bytes, pairs, seconds);
+  ReportReads(state, bytes, pairs, seconds, 0.0);
+  WalkRecords()[ShapeKey(shape)].AddRate(bytes * static_cast<double>(state.iterations()), seconds);
   state.counters["caches"] = static_cast<double>(rotate);
 }
 
@@ -488,6 +565,20 @@ void RegisterAll() {
     benchmark::RegisterBenchmark((std::string("BM_PeakFma/") + hwy::TargetName(target)).c_str(),
                                  [target](benchmark::State& state) { bench::PeakFma(state, target); })
         ->Unit(benchmark::kMillisecond);
+  }
+  // The read probes: 1, 2, 4 and 8 streams over 1 GiB (DRAM), 4 streams
+  // over 32 KiB (L1) and 256 KiB (L2), every target.
+  for (const int64_t target : targets) {
+    for (const int streams : {1, 2, 4, 8, -32, -256}) {
+      const size_t bytes = streams > 0 ? kColdBytes : size_t{1024} * static_cast<size_t>(-streams);
+      const int n = streams > 0 ? streams : 4;
+      const std::string name = std::string("BM_ReadProbe/") + hwy::TargetName(target) + "/" +
+                               std::to_string(n) + "/" + std::to_string(bytes / 1024);
+      benchmark::RegisterBenchmark(name.c_str(), [target, bytes, n](benchmark::State& state) {
+        const std::vector<uint64_t>& buffer = StreamBuffer();
+        bench::ReadProbe(state, target, buffer.data(), bytes, n);
+      })->Unit(bytes >= bench::kDramProbeBytes ? benchmark::kMillisecond : benchmark::kNanosecond);
+    }
   }
 
   // Shape outermost, so each working set is built once per process and
@@ -586,10 +677,138 @@ void RegisterAll() {
   }
 }
 
+
+#ifdef KVSPEC_GGML_PEERS
+// ---------------------------------------------------------------------------
+// ggml's FLASH_ATTN_EXT on the same shapes (bench/ggml_peers.h), f32 and f16
+// K/V (ggml reads f16, not bf16: compare f16 with our bf16, both 2 bytes).
+
+// The peer computes what Attend computes: on one small decode (256 slots)
+// and one small window, f32 K/V within 1e-4 of the largest output (this
+// pins the head mapping, scale and mask); f16 K/V (queries, keys and values
+// rounded to f16 first, for both) within 2e-2: ggml converts the query to
+// f16 and accumulates the f16 values in an f16 accumulator, 2^-11 relative
+// per step, about sqrt(256) * 2^-11 = 8e-3 over 256 slots (measured here:
+// 5.5e-3). Checked once per process, before the first ggml benchmark; a
+// mismatch fails every ggml run.
+bool GgmlMatchesAttend(benchmark::State& state) {
+  static int verdict = -1;  // -1 not yet checked
+  if (verdict >= 0) {
+    if (verdict == 0) state.SkipWithError("ggml FLASH_ATTN_EXT differs from Attend (see above)");
+    return verdict == 1;
+  }
+  verdict = 1;
+  for (const int32_t columns : {1, 16}) {
+    for (const bool f16 : {false, true}) {
+      Shape shape;
+      shape.context = columns == 1 ? 255 : 64;
+      shape.columns = columns;
+      shape.dim = 64;
+      Values values(0x636865636Bull + static_cast<uint64_t>(columns));
+      const size_t n = static_cast<size_t>(shape.context + shape.columns);
+      std::vector<float> k(n * kKvHeads * shape.dim), v(k.size());
+      std::vector<float> q(static_cast<size_t>(columns) * kQueryHeads * shape.dim);
+      values.Fill(&k);
+      values.Fill(&v);
+      values.Fill(&q);
+      if (f16) {
+        bench::GgmlRoundToF16(k.data(), k.size());
+        bench::GgmlRoundToF16(v.data(), v.size());
+        bench::GgmlRoundToF16(q.data(), q.size());
+      }
+      const std::unique_ptr<AttentionCase> c = MakeCase(shape, k, v);
+      // K/V as ggml takes them, [kv_heads][slots][dim].
+      const size_t slots = static_cast<size_t>(c->view.slots);
+      std::vector<float> kd(kKvHeads * slots * shape.dim), vd(kd.size());
+      for (int kh = 0; kh < kKvHeads; ++kh) {
+        for (int32_t t = 0; t < c->view.slots; ++t) {
+          const size_t at = (static_cast<size_t>(kh) * slots + t) * shape.dim;
+          std::copy(c->view.Key(0, kh, t), c->view.Key(0, kh, t) + shape.dim, kd.begin() + at);
+          std::copy(c->view.Value(0, kh, t), c->view.Value(0, kh, t) + shape.dim,
+                    vd.begin() + at);
+        }
+      }
+      bench::GgmlAttentionShape g;
+      g.dim = shape.dim;
+      g.kv_heads = kKvHeads;
+      g.q_heads = kQueryHeads;
+      g.n_kv = c->view.slots;
+      g.columns = columns;
+      g.f16 = f16;
+      const std::string name = std::string("ggml FLASH_ATTN_EXT ") + (f16 ? "f16" : "f32") +
+                               (columns == 1 ? " decode" : " window");
+      if (!PeerMatchesAttend(
+              state, name.c_str(), q,
+              [&](float* o) { bench::GgmlAttendOnce(g, q.data(), kd.data(), vd.data(), o); }, *c,
+              f16 ? 2e-2f : 1e-4f)) {
+        verdict = 0;
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+void RegisterGgmlPeers() {
+  const auto add = [](const std::string& name, bench::GgmlAttentionShape shape, bool cold,
+                      std::vector<int64_t> args) {
+    benchmark::RegisterBenchmark(name.c_str(), [shape, cold](benchmark::State& state) {
+      if (!GgmlMatchesAttend(state)) return;
+      bench::GgmlAttentionBenchmark(state, shape, cold, kColdBytes);
+    })->Args(args)->Unit(benchmark::kMicrosecond);
+  };
+  for (const int dim : kHeadDims) {
+    for (const int32_t length : kDecodeLengths) {
+      for (const bool f16 : {false, true}) {
+        bench::GgmlAttentionShape shape;
+        shape.dim = dim;
+        shape.kv_heads = kKvHeads;
+        shape.q_heads = kQueryHeads;
+        shape.n_kv = length;
+        shape.f16 = f16;
+        add(std::string("BM_DecodeGgml/") + (f16 ? "f16" : "f32"), shape, true, {dim, length});
+      }
+    }
+  }
+  for (const int32_t length : kHotLengths) {
+    for (const bool f16 : {false, true}) {
+      bench::GgmlAttentionShape shape;
+      shape.dim = kDefaultDim;
+      shape.kv_heads = kKvHeads;
+      shape.q_heads = kQueryHeads;
+      shape.n_kv = length;
+      shape.f16 = f16;
+      add(std::string("BM_DecodeHotGgml/") + (f16 ? "f16" : "f32"), shape, false,
+          {kDefaultDim, length});
+    }
+  }
+  for (const int32_t columns : kWindowColumns) {
+    for (const bool f16 : {false, true}) {
+      for (const bool cold : {true, false}) {
+        bench::GgmlAttentionShape shape;
+        shape.dim = kDefaultDim;
+        shape.kv_heads = kKvHeads;
+        shape.q_heads = kQueryHeads;
+        shape.n_kv = kWindowContext + columns;
+        shape.columns = columns;
+        shape.f16 = f16;
+        add(std::string(cold ? "BM_WindowGgml/" : "BM_WindowHotGgml/") + (f16 ? "f16" : "f32"),
+            shape, cold, {kWindowContext, columns});
+      }
+    }
+  }
+}
+#endif  // KVSPEC_GGML_PEERS
+
 }  // namespace
 }  // namespace kvspec
 
 // Called by bench/main.cc.
 namespace kvspec::bench {
-void RegisterBenchmarks() { kvspec::RegisterAll(); }
+void RegisterBenchmarks() {
+  kvspec::RegisterAll();
+#ifdef KVSPEC_GGML_PEERS
+  kvspec::RegisterGgmlPeers();
+#endif
+}
 }  // namespace kvspec::bench

@@ -1,10 +1,24 @@
-// Peak single-core FP32 multiply-add rate, per Highway target: the limit the
-// window attention benchmarks are reported against (bench/limits.h).
+// Peak single-core FP32 multiply-add rate and a multi-stream read probe, per
+// Highway target: the limits the benchmarks are reported against
+// (bench/limits.h).
 #include "bench/limits.h"
+
+// foreach_target.h includes this file once per target: declared once.
+#ifndef KVSPEC_BENCH_LIMITS_CONSTANTS
+#define KVSPEC_BENCH_LIMITS_CONSTANTS
+namespace kvspec {
+namespace bench {
+// ReadStreams: bytes of each stream per round, prefetch distance.
+constexpr size_t kRound = 256;
+constexpr size_t kAhead = 2048;
+}  // namespace bench
+}  // namespace kvspec
+#endif
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bench/limits.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -45,6 +59,31 @@ double FmaLoopImpl(size_t iterations, float seed) {
   return static_cast<double>(hn::GetLane(hn::SumOfLanes(d, sum)));
 }
 
+// Reads `streams` parts of `bytes / streams` bytes each side by side, 256
+// bytes of every part per round, prefetching kAhead bytes further on in
+// each: every byte is loaded into a vector register and added into one of
+// four accumulators, so the loads are independent of one another.
+uint64_t ReadStreamsImpl(const uint8_t* data, size_t bytes, size_t streams) {
+  const hn::ScalableTag<uint32_t> d;
+  const size_t step = hn::Lanes(d) * sizeof(uint32_t);
+  const size_t part = bytes / streams / kRound * kRound;
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  for (size_t offset = 0; offset < part; offset += kRound) {
+    for (size_t s = 0; s < streams; ++s) {
+      const uint8_t* p = data + s * part + offset;
+      for (size_t line = 0; line < kRound; line += 64) hwy::Prefetch(p + kAhead + line);
+      for (size_t b = 0; b < kRound; b += 4 * step) {
+        a0 = hn::Add(a0, hn::LoadU(d, reinterpret_cast<const uint32_t*>(p + b)));
+        a1 = hn::Add(a1, hn::LoadU(d, reinterpret_cast<const uint32_t*>(p + b + step)));
+        a2 = hn::Add(a2, hn::LoadU(d, reinterpret_cast<const uint32_t*>(p + b + 2 * step)));
+        a3 = hn::Add(a3, hn::LoadU(d, reinterpret_cast<const uint32_t*>(p + b + 3 * step)));
+      }
+    }
+  }
+  const auto sum = hn::Add(hn::Add(a0, a1), hn::Add(a2, a3));
+  return hn::GetLane(hn::SumOfLanes(d, sum));
+}
+
 size_t LanesImpl() { return hn::Lanes(hn::ScalableTag<float>()); }
 
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
@@ -60,6 +99,7 @@ namespace bench {
 
 HWY_EXPORT(FmaLoopImpl);
 HWY_EXPORT(LanesImpl);
+HWY_EXPORT(ReadStreamsImpl);
 HWY_EXPORT(TargetNameImpl);
 
 double FmaLoop(size_t iterations, float seed) {
@@ -68,6 +108,12 @@ double FmaLoop(size_t iterations, float seed) {
 double FmaLoopFlops(size_t iterations) {
   return 12.0 * 2.0 * static_cast<double>(HWY_DYNAMIC_DISPATCH(LanesImpl)()) *
          static_cast<double>(iterations);
+}
+uint64_t ReadStreams(const void* data, size_t bytes, size_t streams) {
+  return HWY_DYNAMIC_DISPATCH(ReadStreamsImpl)(static_cast<const uint8_t*>(data), bytes, streams);
+}
+size_t ReadStreamsBytes(size_t bytes, size_t streams) {
+  return bytes / streams / kRound * kRound * streams;
 }
 const char* LimitsTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 

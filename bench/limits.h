@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace kvspec {
 namespace bench {
@@ -12,7 +13,14 @@ namespace bench {
 double FmaLoop(size_t iterations, float seed);
 // Floating-point operations (2 per lane per multiply-add) of FmaLoop.
 double FmaLoopFlops(size_t iterations);
-// The target FmaLoop dispatches to now.
+// Reads `bytes` of `data` as `streams` equal contiguous parts walked side by
+// side (256 bytes of each per round, the lines 2 KiB ahead prefetched),
+// every byte loaded into vector registers of the Highway target chosen now;
+// returns a sum of them (pass it to benchmark::DoNotOptimize). The parts
+// are rounded down to 256 bytes: ReadStreamsBytes is what it reads.
+uint64_t ReadStreams(const void* data, size_t bytes, size_t streams);
+size_t ReadStreamsBytes(size_t bytes, size_t streams);
+// The target FmaLoop and ReadStreams dispatch to now.
 const char* LimitsTargetName();
 
 }  // namespace bench

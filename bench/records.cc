@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <string>
 
 #include "bench/limits.h"
 #include "bench/target_scope.h"
@@ -50,6 +51,38 @@ void PeakFma(benchmark::State& state, int64_t target) {
   const double flops = FmaLoopFlops(kIterations) * static_cast<double>(state.iterations());
   state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
   if (seconds > 0) FmaRecords()[scope.dispatched()].Add(flops / seconds, seconds);
+}
+
+std::map<std::string, Record>& DramReadRecords() {
+  static auto* records = new std::map<std::string, Record>();
+  return *records;
+}
+
+void ReadProbe(benchmark::State& state, int64_t target, const void* data, size_t bytes,
+               int streams) {
+  DispatchCheck scope(target, LimitsTargetName, "ReadStreams");
+  if (!scope.Check(state)) return;
+  const size_t n = static_cast<size_t>(streams);
+  const double read = static_cast<double>(ReadStreamsBytes(bytes, n));
+  const double start = ProcessSeconds();
+  for (auto _ : state) {
+    uint64_t sum = ReadStreams(data, bytes, n);
+    benchmark::DoNotOptimize(sum);
+  }
+  const double seconds = ProcessSeconds() - start;
+  const double total = read * static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(total));
+  if (bytes >= kDramProbeBytes) {
+    const std::string key = scope.dispatched() + "/" + std::to_string(streams) + "/" +
+                            std::to_string(bytes);
+    DramReadRecords()[key].AddRate(total, seconds);
+  }
+}
+
+double BestDramRead() {
+  double best = 0;
+  for (const auto& entry : DramReadRecords()) best = std::max(best, entry.second.Median());
+  return best;
 }
 
 }  // namespace bench

@@ -6,6 +6,10 @@
                                        kernel and target (gnuplot)
   report.py compare OLD.json NEW.json  per benchmark: median time of each
                                        run, NEW/OLD, and fraction counters
+  report.py table [--cpu NAME] RUN.json...
+                                       the README's table of goals (markdown):
+                                       each figure with its limit or peer
+                                       from the same run, on the best target
 
 Only the median aggregates are read when a run has repetitions, else the
 single runs. Standard library only; the chart needs gnuplot (Debian
@@ -19,9 +23,13 @@ import subprocess
 import sys
 import tempfile
 
-# The first present is the limit a benchmark is held to: window attention
-# reports both, and is bound by FMA throughput.
-FRACTIONS = ("fma_fraction", "stream_fraction", "rw_fraction", "inplace_fraction")
+# The first present is the limit a benchmark is held to: a cold window
+# attention reports both, and is bound by FMA throughput. Fractions of a
+# memory limit (read, rw, inplace) are reported by the suites for cold runs
+# of kvspec only: hot runs, the peers (Blas, Ggml) and BM_DecodeWalk give
+# GB/s or GFLOP/s, next to the L1 and L2 read probes.
+FRACTIONS = ("fma_fraction", "read_fraction", "rw_fraction", "inplace_fraction")
+LIMITS = ("BM_Stream", "BM_PeakFma", "BM_ReadProbe")
 
 
 def load(paths):
@@ -58,15 +66,25 @@ def summary(paths):
     print("%-48s %12s %10s  %s" % ("benchmark", "cpu time", "fraction", "of limit"))
     for name, b in runs.items():
         key, value = fraction(b)
-        rate = b.get("bytes_per_second") or b.get("flops")
+        rate = b.get("flops") or b.get("bytes_per_second")
         extra = ""
         if rate:
-            extra = "%.2f G%s/s" % (rate / 1e9, "B" if "bytes_per_second" in b else "flop")
+            extra = "%.2f G%s/s" % (rate / 1e9, "flop" if "flops" in b else "B")
         if key:
             print("%-48s %10.3f ms %10.3f  %s  %s" % (name, seconds(b) * 1e3, value,
                                                    key.replace("_fraction", ""), extra))
-        elif name.startswith(("BM_Stream", "BM_PeakFma")):
+        elif name.startswith(LIMITS):
             print("%-48s %10.3f ms %10s  (limit) %s" % (name, seconds(b) * 1e3, "", extra))
+        elif extra:
+            print("%-48s %10.3f ms %10s  %s" % (name, seconds(b) * 1e3, "", extra))
+    # The read limit of cold decodes: the best DRAM read probe of the run
+    # (BM_StreamRead, BM_ReadProbe over 1 GiB), or the shape's own walk.
+    probes = [(b["bytes_per_second"], name) for name, b in runs.items()
+              if name == "BM_StreamRead" or re.match(r"BM_ReadProbe/[^/]+/\d+/1048576$", name)]
+    if probes:
+        rate, name = max(probes)
+        print("read limit: best probe %s %.2f GB/s; a cold decode's limit is the larger of it "
+              "and BM_DecodeWalk of its shape" % (name, rate / 1e9))
     # Peer and storage ratios, same run.
     ratios = []
     for name, b in runs.items():
@@ -76,8 +94,15 @@ def summary(paths):
         target, dim, length = m.groups()
         blas = runs.get("BM_DecodeBlas/f32/%s/%s" % (dim, length))
         if blas:
-            ratios.append(("BLAS time / kvspec time, %s, dim %s, %s tokens" % (target, dim, length),
-                           seconds(blas) / seconds(b)))
+            ratios.append(("BLAS sgemm time / kvspec time, %s, dim %s, %s tokens"
+                           % (target, dim, length), seconds(blas) / seconds(b)))
+        for kv in ("f32", "f16"):
+            ggml = runs.get("BM_DecodeGgml/%s/%s/%s" % (kv, dim, length))
+            ours = b if kv == "f32" else runs.get("BM_Decode/%s/bf16/%s/%s" % (target, dim, length))
+            if ggml and ours:
+                ratios.append(("ggml %s time / kvspec %s time, %s, dim %s, %s tokens"
+                               % (kv, "f32" if kv == "f32" else "bf16", target, dim, length),
+                               seconds(ggml) / seconds(ours)))
         bf16 = runs.get("BM_Decode/%s/bf16/%s/%s" % (target, dim, length))
         if bf16:
             ratios.append(("f32 time / bf16 time, %s, dim %s, %s tokens" % (target, dim, length),
@@ -87,6 +112,30 @@ def summary(paths):
             if walk and run:
                 ratios.append(("walk time / kvspec time, %s %s, dim %s, %s tokens"
                                % (target, dtype, dim, length), seconds(walk) / seconds(run)))
+    # ssm_bench: ggml's GATED_DELTA_NET alone against our whole Forward step,
+    # ggml's SSM_CONV + SILU against ConvStep; attention windows.
+    for name, b in runs.items():
+        m = re.match(r"BM_(Decode|DecodeHot)/([^/]+)/(\d+)/1$", name)
+        if m:
+            kind, target, heads = m.groups()
+            ggml = runs.get("BM_%sGgml/%s/1" % (kind, heads))
+            if ggml and "us_per_step" in b:
+                ratios.append(("ggml GATED_DELTA_NET time / kvspec step time, %s %s, %s heads"
+                               % (kind, target, heads), seconds(ggml) / seconds(b)))
+        m = re.match(r"BM_ConvStep/([^/]+)/(\d+)/(\d+)$", name)
+        if m:
+            ggml = runs.get("BM_ConvStepGgml/%s/%s" % m.groups()[1:])
+            if ggml:
+                ratios.append(("ggml SSM_CONV+SILU time / ConvStep time, %s, %s channels"
+                               % (m.group(1), m.group(2)), seconds(ggml) / seconds(b)))
+        m = re.match(r"BM_(Window|WindowHot)/([^/]+)/1024/(\d+)$", name)
+        if m:
+            kind, target, columns = m.groups()
+            for kv in ("f32", "f16"):
+                ggml = runs.get("BM_%sGgml/%s/1024/%s" % (kind, kv, columns))
+                if ggml:
+                    ratios.append(("ggml %s time / kvspec f32 time, %s %s, L %s"
+                                   % (kv, kind, target, columns), seconds(ggml) / seconds(b)))
     for label, value in ratios:
         print("%-64s %6.2fx" % (label, value))
 
@@ -109,7 +158,8 @@ def chart(out, paths):
         script = "\n".join([
             'set terminal pngcairo size 1100,%d font ",9"' % height,
             'set output "%s"' % out,
-            'set title "Fraction of the physical limit (same run): stream read, peak FMA, read+write"',
+            'set title "Fraction of the limit, same run: cold runs of the read limit or read+write; '
+            'windows and hot recurrent steps of peak FMA"',
             "set style fill solid 0.8",
             "set boxwidth 0.7",
             "set yrange [-1:%d]" % len(rows),
@@ -124,6 +174,137 @@ def chart(out, paths):
         except FileNotFoundError:
             sys.exit("report.py: gnuplot not found (Debian package gnuplot-nox)")
     print("chart: %s (%d benchmarks)" % (out, len(rows)))
+
+
+def load_averages(paths):
+    out = []
+    for path in paths:
+        with open(path) as f:
+            la = json.load(f).get("context", {}).get("load_avg")
+        if la:
+            out.append("%s: %s" % (os.path.basename(path), " ".join("%.1f" % x for x in la)))
+    return out
+
+
+def table(paths, cpu):
+    """Markdown rows: what, figure, limit or peer, ratio, goal, met. Each
+    file (one suite's process) is read on its own: its figures go with the
+    limits and peers of that process only."""
+    rows = []
+    targets = []
+    for path in paths:
+        targets.append(table_rows(load([path]), path, rows))
+    print("On %s, best Highway target %s, one thread pinned; medians of the run's repetitions; "
+          "load average at the start %s." % (cpu or "(CPU not given)", ", ".join(sorted(set(targets))),
+                                             "; ".join(load_averages(paths)) or "unknown"))
+    print()
+    print("| what | figure | limit or peer (same process) | ratio | goal | |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(r)
+
+
+def table_rows(runs, path, rows):
+    """Appends the table rows of one suite's run; returns its best target."""
+    fmas = {n.split("/")[1]: b.get("flops", 0) for n, b in runs.items()
+            if n.startswith("BM_PeakFma/")}
+    if not fmas:
+        sys.exit("report.py table: no BM_PeakFma in %s" % path)
+    target = max(fmas, key=fmas.get)
+    gb = lambda b: b["bytes_per_second"] / 1e9
+    suite = os.path.basename(path).split(".")[0]
+
+    def row(what, figure, against, ratio, goal, met):
+        rows.append("| %s: %s | %s | %s | %s | %s | %s |" % (
+            suite, what, figure, against, "" if ratio is None else "%.2f" % ratio, goal,
+            "" if met is None else ("met" if met else "**not met**")))
+
+    probes = [(b["bytes_per_second"], n) for n, b in runs.items()
+              if n == "BM_StreamRead" or re.match(r"BM_ReadProbe/[^/]+/\d+/1048576$", n)]
+    best_probe = max(probes) if probes else (0, "")
+    if probes:
+        row("read limit: best DRAM read probe", "%.2f GB/s" % (best_probe[0] / 1e9),
+            best_probe[1].replace("BM_", ""), None, "", None)
+    for kib, level in (("32", "L1"), ("256", "L2")):
+        b = runs.get("BM_ReadProbe/%s/4/%s" % (target, kib))
+        if b:
+            row("%s read (4 streams, %s KiB, hot)" % (level, kib), "%.1f GB/s" % gb(b), "", None,
+                "", None)
+    row("peak FMA, %s" % target, "%.1f GFLOP/s" % (fmas[target] / 1e9), "", None, "", None)
+    rw = runs.get("BM_StreamReadWriteInPlace")
+    if rw:
+        row("in-place read+write limit", "%.2f GB/s" % gb(rw), "", None, "", None)
+    for dim in (64, 128, 256):
+        for length in (16384, 32768):
+            b = runs.get("BM_Decode/%s/f32/%d/%d" % (target, dim, length))
+            if not b:
+                continue
+            walk = runs.get("BM_DecodeWalk/f32/%d/%d" % (dim, length))
+            limit, name = best_probe[0], best_probe[1].replace("BM_", "")
+            if walk and walk["bytes_per_second"] > limit:
+                limit, name = walk["bytes_per_second"], "DecodeWalk"
+            if limit:
+                f = b["bytes_per_second"] / limit
+                row("decode f32 cold, dim %d, %d tokens" % (dim, length), "%.2f GB/s" % gb(b),
+                    "read limit %.2f GB/s (%s)" % (limit / 1e9, name), f, ">= 0.85", f >= 0.85)
+            bf16 = runs.get("BM_Decode/%s/bf16/%d/%d" % (target, dim, length))
+            if bf16:
+                r = seconds(b) / seconds(bf16)
+                row("bf16 vs f32 decode, dim %d, %d tokens" % (dim, length),
+                    "%.3f ms" % (seconds(bf16) * 1e3), "f32 %.3f ms" % (seconds(b) * 1e3), r,
+                    ">= 1.7x", r >= 1.7)
+            blas = runs.get("BM_DecodeBlas/f32/%d/%d" % (dim, length))
+            if blas:
+                r = seconds(blas) / seconds(b)
+                row("kvspec f32 vs OpenBLAS sgemm peer, dim %d, %d tokens" % (dim, length),
+                    "%.3f ms" % (seconds(b) * 1e3), "BLAS %.3f ms" % (seconds(blas) * 1e3), r,
+                    "", None)
+            for kv, ours in (("f32", b), ("f16", bf16)):
+                g = runs.get("BM_DecodeGgml/%s/%d/%d" % (kv, dim, length))
+                if g and ours:
+                    r = seconds(g) / seconds(ours)
+                    row("kvspec %s vs ggml %s decode, dim %d, %d tokens"
+                        % ("f32" if kv == "f32" else "bf16", kv, dim, length),
+                        "%.3f ms" % (seconds(ours) * 1e3), "ggml %.3f ms" % (seconds(g) * 1e3),
+                        r, ">= 3x", r >= 3)
+    for columns in (64, 128, 512):
+        b = runs.get("BM_Window/%s/1024/%d" % (target, columns))
+        if b and "fma_fraction" in b:
+            f = b["fma_fraction"]
+            row("window attention, L = %d after 1024" % columns, "%.1f GFLOP/s" % (b["flops"] / 1e9),
+                "peak FMA %s" % target, f, ">= 0.6", f >= 0.6)
+            for kv in ("f32", "f16"):
+                g = runs.get("BM_WindowGgml/%s/1024/%d" % (kv, columns))
+                if g:
+                    r = seconds(g) / seconds(b)
+                    row("kvspec f32 vs ggml %s window, L = %d" % (kv, columns),
+                        "%.3f ms" % (seconds(b) * 1e3), "ggml %.3f ms" % (seconds(g) * 1e3), r,
+                        "", None)
+    hot = runs.get("BM_DecodeHot/%s/16/1" % target)
+    if hot and "fma_fraction" in hot:
+        f = hot["fma_fraction"]
+        row("gated delta step, hot, 16 heads x 128^2", "%.1f us" % (seconds(hot) * 1e6),
+            "peak FMA %s" % target, f, ">= 0.5", f >= 0.5)
+    cold = runs.get("BM_Decode/%s/16/1" % target)
+    if cold and "inplace_fraction" in cold:
+        f = cold["inplace_fraction"]
+        row("gated delta step, cold, 16 heads", "%.1f us (%.1f GB/s)" % (seconds(cold) * 1e6, gb(cold)),
+            "in-place read+write limit", f, ">= 1/1.15 = 0.87", f >= 1 / 1.15)
+    for kind, b in (("hot", hot), ("cold", cold)):
+        g = runs.get("BM_Decode%sGgml/16/1" % ("Hot" if kind == "hot" else ""))
+        if g and b:
+            r = seconds(g) / seconds(b)
+            row("kvspec step vs ggml GATED_DELTA_NET, %s, 16 heads" % kind,
+                "%.1f us" % (seconds(b) * 1e6), "ggml %.1f us" % (seconds(g) * 1e6), r, ">= 3x",
+                r >= 3)
+    conv = runs.get("BM_ConvStep/%s/8192/4" % target)
+    if conv:
+        us = seconds(conv) * 1e6
+        g = runs.get("BM_ConvStepGgml/8192/4")
+        row("conv1d decode step, 8192 channels, K = 4", "%.2f us" % us,
+            "ggml SSM_CONV+SILU %.2f us" % (seconds(g) * 1e6) if g else "",
+            seconds(g) / seconds(conv) if g else None, "<= 3 us", us <= 3)
+    return target
 
 
 def compare(old_path, new_path):
@@ -154,6 +335,12 @@ def main(argv):
         summary(argv[2:])
     elif command == "chart" and len(argv) >= 4:
         chart(argv[2], argv[3:])
+    elif command == "table" and len(argv) >= 3:
+        args = argv[2:]
+        cpu = None
+        if args[0] == "--cpu" and len(args) >= 3:
+            cpu, args = args[1], args[2:]
+        table(args, cpu)
     elif command == "compare" and len(argv) == 4:
         compare(argv[2], argv[3])
     else:

@@ -53,6 +53,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -65,6 +66,9 @@
 
 #include <time.h>
 
+#ifdef KVSPEC_GGML_PEERS
+#include "bench/ggml_peers.h"
+#endif
 #include "bench/limits.h"
 #include "bench/records.h"
 #include "bench/target_scope.h"
@@ -569,10 +573,129 @@ void RegisterAll() {
   }
 }
 
+
+#ifdef KVSPEC_GGML_PEERS
+// ---------------------------------------------------------------------------
+// ggml's GATED_DELTA_NET and SSM_CONV + SILU on the same shapes
+// (bench/ggml_peers.h). Our BM_Decode[Hot] time a whole Forward (conv step,
+// q/k normalisation, gated delta step); the ggml peer times the
+// GATED_DELTA_NET op alone, so the ratio understates ours.
+
+// Largest |a - b| over the largest |b|.
+float RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
+  float largest = 0, error = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    largest = std::max(largest, std::fabs(b[i]));
+    error = std::max(error, std::fabs(a[i] - b[i]));
+  }
+  return largest > 0 ? error / largest : error;
+}
+
+// The peers compute what our kernels compute: one gated delta step (4 value
+// heads = 4 key heads of 128, as ggml maps value head h to key head h % Hk
+// and we to h / (Hv / Hk)) against GatedDeltaStep, outputs and states
+// within 1e-4 of the largest; one conv step + SiLU over 64 channels, K = 4,
+// against ConvStep within 1e-5. Checked once per process; a mismatch fails
+// every ggml run.
+bool GgmlMatchesKernels(benchmark::State& state) {
+  static std::string verdict;  // "" not yet checked, "ok", or the failure
+  if (verdict.empty()) {
+    verdict = "ok";
+    GatedDeltaShape g;
+    g.value_heads = 4;
+    g.key_heads = 4;
+    g.dk = kDim;
+    g.dv = kDim;
+    const size_t hv = g.value_heads, d = kDim;
+    Uniform values(0x636865636Bull);
+    std::vector<float> q(hv * d), k(hv * d), v(hv * d), gate(hv), beta(hv), trace(hv * d * d);
+    values.Fill(&q, -1.0f, 1.0f);
+    values.Fill(&k, -0.1f, 0.1f);
+    values.Fill(&v, -1.0f, 1.0f);
+    values.Fill(&gate, 0.90f, 0.99f);
+    values.Fill(&beta, 0.2f, 0.8f);
+    values.Fill(&trace, -0.1f, 0.1f);
+    // Ours: q scaled by 1/sqrt(dk) beforehand (PrepareQueryKey's last step),
+    // state in kernel order.
+    std::vector<float> q_scaled(q), state_in(trace.size()), state_out(trace.size()), y(hv * d);
+    for (float& x : q_scaled) x *= 1.0f / std::sqrt(static_cast<float>(d));
+    GatedDeltaStateFromTrace(trace.data(), state_in.data(), g);
+    GatedDeltaStep(state_in.data(), state_out.data(), q_scaled.data(), k.data(), v.data(),
+                   gate.data(), beta.data(), y.data(), g);
+    std::vector<float> ours(trace.size());
+    GatedDeltaStateToTrace(state_out.data(), ours.data(), g);
+    std::vector<float> log_g(hv), ggml_y(hv * d), ggml_state(trace.size());
+    for (size_t h = 0; h < hv; ++h) log_g[h] = std::log(gate[h]);
+    bench::GgmlDeltaShape shape;
+    shape.value_heads = static_cast<int>(hv);
+    shape.key_heads = static_cast<int>(hv);
+    shape.dim = kDim;
+    bench::GgmlDeltaOnce(shape, q.data(), k.data(), v.data(), log_g.data(), beta.data(),
+                         trace.data(), ggml_y.data(), ggml_state.data());
+    const float ey = RelativeError(ggml_y, y), es = RelativeError(ggml_state, ours);
+    if (!(ey <= 1e-4f && es <= 1e-4f)) {
+      verdict = "ggml GATED_DELTA_NET differs from GatedDeltaStep: output " + std::to_string(ey) +
+                ", state " + std::to_string(es) + " of the largest";
+    }
+    // Conv: ours w [K][C], state [K-1][C], x [C]; ggml window and weights [C][K].
+    const size_t channels = 64, kernel = kConvKernel;
+    std::vector<float> w(kernel * channels), conv(( kernel - 1) * channels), x(channels),
+        u(channels), window(kernel * channels), wt(kernel * channels), ggml_u(channels);
+    values.Fill(&w, -0.5f, 0.5f);
+    values.Fill(&conv, -1.0f, 1.0f);
+    values.Fill(&x, -1.0f, 1.0f);
+    for (size_t c = 0; c < channels; ++c) {
+      for (size_t j = 0; j < kernel; ++j) {
+        window[c * kernel + j] = j + 1 < kernel ? conv[j * channels + c] : x[c];
+        wt[c * kernel + j] = w[j * channels + c];
+      }
+    }
+    std::vector<float> conv_out(conv.size());
+    ConvStep(w.data(), conv.data(), conv_out.data(), x.data(), u.data(), channels, kernel);
+    bench::GgmlConvOnce(channels, kernel, window.data(), wt.data(), ggml_u.data());
+    const float eu = RelativeError(ggml_u, u);
+    if (verdict == "ok" && !(eu <= 1e-5f)) {
+      verdict = "ggml SSM_CONV + SILU differs from ConvStep: " + std::to_string(eu) +
+                " of the largest";
+    }
+  }
+  if (verdict == "ok") return true;
+  state.SkipWithError(verdict.c_str());
+  return false;
+}
+
+void RegisterGgmlPeers() {
+  for (const int value_heads : kValueHeads) {
+    for (const bool cold : {true, false}) {
+      bench::GgmlDeltaShape shape;
+      shape.value_heads = value_heads;
+      shape.key_heads = value_heads / 2;
+      shape.dim = kDim;
+      benchmark::RegisterBenchmark(cold ? "BM_DecodeGgml" : "BM_DecodeHotGgml",
+                                   [shape, cold](benchmark::State& state) {
+                                     if (!GgmlMatchesKernels(state)) return;
+                                     bench::GgmlDeltaBenchmark(state, shape, cold, kColdBytes);
+                                   })
+          ->Args({value_heads, 1})
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  benchmark::RegisterBenchmark("BM_ConvStepGgml", [](benchmark::State& state) {
+    if (!GgmlMatchesKernels(state)) return;
+    bench::GgmlConvBenchmark(state, kConvChannels, kConvKernel);
+  })->Args({static_cast<int64_t>(kConvChannels), kConvKernel})->Unit(benchmark::kMicrosecond);
+}
+#endif  // KVSPEC_GGML_PEERS
+
 }  // namespace
 }  // namespace kvspec
 
 // Called by bench/main.cc.
 namespace kvspec::bench {
-void RegisterBenchmarks() { kvspec::RegisterAll(); }
+void RegisterBenchmarks() {
+  kvspec::RegisterAll();
+#ifdef KVSPEC_GGML_PEERS
+  kvspec::RegisterGgmlPeers();
+#endif
+}
 }  // namespace kvspec::bench
