@@ -498,18 +498,62 @@ struct AttendMerge {
   float* out = nullptr;  // [group][dim]
 };
 
+// The task lists of a call, kept by the calling thread across calls (grown,
+// never shrunk, like AttendScratch): after the first call of a shape,
+// Attend allocates nothing.
+struct AttendTasks {
+  std::vector<AttendTask> tasks;
+  std::vector<AttendMerge> merges;
+  std::vector<int32_t> starts;
+  std::vector<float> partials;
+};
+
+AttendTasks& ThreadTasks() {
+  thread_local AttendTasks lists;
+  return lists;
+}
+
+// What a task needs, behind one pointer (a std::function holding it needs
+// no allocation).
+template <typename T>
+struct AttendCall {
+  const AttendPlan* p;
+  const float* q;
+  const KvView* kv;
+  const Mask* mask;
+  const T* k_base;
+  const T* v_base;
+  float* out;
+  AttendTasks* lists;
+
+  void Run(size_t i) const {
+    const AttendTask& task = lists->tasks[i];
+    AttendScratch<T>& scratch = ThreadScratch<T>();
+    scratch.Prepare(*p);
+    const QueryTile tile = MakeTile(*mask, task.r, task.q0, task.q1);
+    const size_t head = task.r * kv->row_stride + task.kh * kv->head_stride;
+    if (task.chunk < 0) {
+      AttendHead(*p, tile, task.kh, q, k_base + head, v_base + head, scratch, out);
+    } else {
+      AttendChunk(*p, tile, task.kh, q, k_base + head, v_base + head, task.begin, task.end,
+                  scratch, &lists->partials[task.partial]);
+    }
+  }
+};
+
 template <typename T>
 void AttendTyped(const float* HWY_RESTRICT q, int q_heads, const KvView& kv, const Mask& mask,
                  const T* k_base, const T* v_base, float* HWY_RESTRICT out,
                  const AttendOptions& options) {
   const AttendPlan p = MakePlan<T>(q_heads, kv, mask);
-  std::vector<AttendTask> tasks;
-  std::vector<AttendMerge> merges;
-  std::vector<int32_t> starts;
+  AttendTasks& lists = ThreadTasks();
+  lists.tasks.clear();
+  lists.merges.clear();
   size_t partial_floats = 0;
   for (int r = 0; r < mask.rows; ++r) {
     for (int32_t q0 = 0; q0 < p.queries; q0 += p.tile) {
       const int32_t q1 = std::min(p.queries, q0 + p.tile);
+      std::vector<int32_t>& starts = lists.starts;
       starts.clear();
       if (options.chunk > 0 && q1 - q0 == 1) ChunkStarts(p, mask, r, q0, options.chunk, &starts);
       for (int kh = 0; kh < p.kv_heads; ++kh) {
@@ -519,42 +563,32 @@ void AttendTyped(const float* HWY_RESTRICT q, int q_heads, const KvView& kv, con
         task.q1 = q1;
         task.kh = kh;
         if (starts.size() < 2) {
-          tasks.push_back(task);
+          lists.tasks.push_back(task);
           continue;
         }
         AttendMerge merge;
-        merge.first = tasks.size();
+        merge.first = lists.tasks.size();
         merge.chunks = starts.size();
         merge.out = out + ((static_cast<size_t>(r) * p.queries + q0) * p.q_heads +
                            static_cast<size_t>(kh) * p.group) * p.dim;
-        merges.push_back(merge);
+        lists.merges.push_back(merge);
         for (size_t c = 0; c < starts.size(); ++c) {
           task.begin = starts[c];
           task.end = c + 1 < starts.size() ? starts[c + 1] : p.slots;
           task.chunk = static_cast<int32_t>(c);
           task.partial = partial_floats;
           partial_floats += PartialFloats(p);
-          tasks.push_back(task);
+          lists.tasks.push_back(task);
         }
       }
     }
   }
-  std::vector<float> partials(partial_floats);
-  RunTasks(options.pool, tasks.size(), [&](size_t i) {
-    const AttendTask& task = tasks[i];
-    AttendScratch<T>& scratch = ThreadScratch<T>();
-    scratch.Prepare(p);
-    const QueryTile tile = MakeTile(mask, task.r, task.q0, task.q1);
-    const size_t head = task.r * kv.row_stride + task.kh * kv.head_stride;
-    if (task.chunk < 0) {
-      AttendHead(p, tile, task.kh, q, k_base + head, v_base + head, scratch, out);
-    } else {
-      AttendChunk(p, tile, task.kh, q, k_base + head, v_base + head, task.begin, task.end,
-                  scratch, &partials[task.partial]);
-    }
-  });
-  for (const AttendMerge& merge : merges) {
-    MergeChunks(p, &partials[tasks[merge.first].partial], merge.chunks, merge.out);
+  if (lists.partials.size() < partial_floats) lists.partials.resize(partial_floats);
+  const AttendCall<T> call{&p, q, &kv, &mask, k_base, v_base, out, &lists};
+  const AttendCall<T>* c = &call;
+  RunTasks(options.pool, lists.tasks.size(), [c](size_t i) { c->Run(i); });
+  for (const AttendMerge& merge : lists.merges) {
+    MergeChunks(p, &lists.partials[lists.tasks[merge.first].partial], merge.chunks, merge.out);
   }
 }
 

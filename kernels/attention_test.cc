@@ -286,20 +286,20 @@ TEST_P(AttentionTargets, GroupedQueryHeadsMatchReference) {
 // depend on the pool's thread count (none, 1, 2, 3, 4), stays within the
 // tolerance of the reference, and equals Attend's bits when no query
 // admits more than `chunk` slots or chunk is 0. Random shapes: decodes
-// (and windows whose last tile holds one query) over up to 700 slots with
+// (and windows whose last tile holds one query) over up to 600 slots with
 // chunks of 64..192, so most split queries have several chunks.
 TEST_P(AttentionTargets, ChunkedDecodeIsBitIdenticalOnAnyThreadCount) {
   Rand r(14);
   ThreadPool pool1(1), pool2(2), pool3(3), pool4(4);
   ThreadPool* const pools[] = {&pool1, &pool2, &pool3, &pool4};
   int split = 0;  // queries with more than one chunk
-  for (int trial = 0; trial < 60; ++trial) {
+  for (int trial = 0; trial < 30; ++trial) {
     AttentionCase c;
     c.rows = static_cast<int>(r.Int(1, 3));
     c.kv_heads = static_cast<int>(r.Int(1, 3));
     c.group = static_cast<int>(r.Int(1, 5));
-    c.dim = static_cast<int>(r.Int(0, 3) == 0 ? r.Int(1, 40) : 16 * r.Int(1, 8));
-    c.slots = static_cast<int32_t>(r.Int(0, 700));
+    c.dim = static_cast<int>(r.Int(0, 3) == 0 ? r.Int(1, 40) : 16 * r.Int(1, 4));
+    c.slots = static_cast<int32_t>(r.Int(0, 600));
     c.queries = r.Int(0, 3) == 0 ? 33 : 1;  // 33: a tile of 32, then one alone
     c.window = r.Int(0, 3) == 0 ? static_cast<int32_t>(r.Int(1, 400)) : kNoWindow;
     c.bf16 = r.Int(0, 1) == 1;
@@ -355,7 +355,7 @@ TEST_P(AttentionTargets, ChunkedDecodeIsBitIdenticalOnAnyThreadCount) {
     }
   }
   // The cases must exercise the split: most of them have long decodes.
-  EXPECT_GE(split, 20);
+  EXPECT_GE(split, 10);
 }
 
 KVSPEC_FOR_EACH_TARGET(AttentionTargets);

@@ -225,8 +225,17 @@ void GatedDeltaStepImpl(const float* state_in, float* state_out, const float* HW
     }
     return;
   }
-  pool->Run(shape.value_heads, [&](size_t h) {
-    StepHead(state_in, state_out, q, k, v, g, beta, y, shape, h);
+  // One pointer captured: the std::function Run takes needs no allocation.
+  const struct {
+    const float* state_in;
+    float* state_out;
+    const float *q, *k, *v, *g, *beta;
+    float* y;
+    const GatedDeltaShape* shape;
+  } call{state_in, state_out, q, k, v, g, beta, y, &shape};
+  const auto* c = &call;
+  pool->Run(shape.value_heads, [c](size_t h) {
+    StepHead(c->state_in, c->state_out, c->q, c->k, c->v, c->g, c->beta, c->y, *c->shape, h);
   });
 }
 

@@ -58,8 +58,9 @@ class ThreadPool {
 };
 
 // Runs task(i) for i in [0, tasks): on the pool when there is one, else in
-// order on the calling thread.
-inline void RunTasks(ThreadPool* pool, size_t tasks, const std::function<void(size_t)>& task) {
+// order on the calling thread (without wrapping task in a std::function).
+template <class Task>
+void RunTasks(ThreadPool* pool, size_t tasks, const Task& task) {
   if (pool != nullptr && pool->threads() > 1 && tasks > 1) {
     pool->Run(tasks, task);
     return;
