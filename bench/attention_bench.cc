@@ -31,6 +31,9 @@
 //   place, full but not wrapped against wrapped at phase ~1/2.
 // - BM_Window[Hot]/<target>/<context>/<L>: a forward of L causal queries
 //   after `context` stored tokens.
+// - BM_DecodeThreads, BM_DecodeHotThreads/<target>/<f32|bf16>/<head dim>/
+//   <length>/<threads>/real_time: decode on a pool of 1 or 2 threads
+//   (flash-decoding; see RunAttentionThreads), wall-clock rates.
 // The label is the target Attend really dispatched to.
 //
 // Counters: bytes_per_second counts the K and V bytes of the admitted slots
@@ -47,6 +50,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -67,6 +71,7 @@
 #include "bench/records.h"
 #include "bench/target_scope.h"
 #include "kernels/attention.h"
+#include "kernels/thread_pool.h"
 #include "core/cache.h"
 #include "core/kv_cache.h"
 #include "core/mask.h"
@@ -556,6 +561,89 @@ void BM_DecodeWalk(benchmark::State& state, const Shape& shape) {
   state.counters["caches"] = static_cast<double>(rotate);
 }
 
+// ---------------------------------------------------------------------------
+// Multi-core decode (flash-decoding, kernels/attention.h AttendOptions):
+// BM_DecodeThreads/<target>/<f32|bf16>/<head dim>/<length>/<threads> (cold)
+// and BM_DecodeHotThreads/... (hot), the shapes of BM_Decode and
+// BM_DecodeHot, chunks of kAttendDecodeChunk admitted slots on a pool of
+// `threads` (1: the same chunked arithmetic on one thread). Timed on the
+// wall clock (Google Benchmark appends /real_time): bytes_per_second per
+// wall second; cpu_per_wall = process CPU seconds / wall seconds (at most
+// the thread count; lower when the machine's other load takes the cores);
+// us_per_call wall microseconds per decode.
+void RunAttentionThreads(benchmark::State& state, int64_t target, const Shape& shape, bool cold,
+                         int threads) {
+  bench::DispatchCheck scope(target, AttentionTargetName, "Attend");
+  if (!scope.Check(state)) return;
+  const size_t rotate = cold ? ColdCount(shape) : 1;
+  const auto& cases = Cases(shape, rotate);
+  const size_t q_elements =
+      static_cast<size_t>(kRows) * shape.columns * kQueryHeads * static_cast<size_t>(shape.dim);
+  std::vector<float> q(q_elements), out(q_elements);
+  Values values(0x71756572790ull + static_cast<uint64_t>(shape.columns));
+  values.Fill(&q);
+  double bytes = 0, pairs = 0;
+  CountWork(*cases[0], shape, &bytes, &pairs);
+  ThreadPool pool(threads);
+  AttendOptions options;
+  options.pool = &pool;
+  options.chunk = kAttendDecodeChunk;
+  size_t next = 0;
+  const double cpu_start = ProcessSeconds();
+  const auto wall_start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    const AttentionCase& c = *cases[next];
+    next = next + 1 == rotate ? 0 : next + 1;
+    AttendWith(q.data(), kQueryHeads, c.view, c.mask, out.data(), options);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  const double cpu = ProcessSeconds() - cpu_start;
+  const double iterations = static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(bytes * iterations));
+  state.SetItemsProcessed(static_cast<int64_t>(pairs * iterations));
+  if (wall > 0 && iterations > 0) {
+    state.counters["cpu_per_wall"] = cpu / wall;
+    state.counters["us_per_call"] = 1e6 * wall / iterations;
+  }
+  state.counters["threads"] = threads;
+  state.counters["caches"] = static_cast<double>(rotate);
+}
+
+// The threaded decodes, for the best target only (the others scale alike).
+void RegisterThreaded(const std::vector<int64_t>& targets) {
+  if (targets.empty()) return;
+  const int64_t target = targets.front();
+  for (const bool cold : {true, false}) {
+    const std::vector<int32_t> lengths =
+        cold ? std::vector<int32_t>{16384, 32768}
+             : std::vector<int32_t>(std::begin(kHotLengths), std::end(kHotLengths));
+    for (const int32_t length : lengths) {
+      for (const DType dtype : {DType::kF32, DType::kBF16}) {
+        Shape shape;
+        shape.context = length - 1;
+        shape.columns = 1;
+        shape.dim = kDefaultDim;
+        shape.dtype = dtype;
+        for (const int threads : {1, 2}) {
+          const std::string name =
+              std::string(cold ? "BM_DecodeThreads/" : "BM_DecodeHotThreads/") +
+              hwy::TargetName(target) + "/" + DTypeName(dtype);
+          benchmark::RegisterBenchmark(name.c_str(),
+                                       [target, shape, cold, threads](benchmark::State& state) {
+                                         RunAttentionThreads(state, target, shape, cold, threads);
+                                       })
+              ->Args({kDefaultDim, length, threads})
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
+      }
+    }
+  }
+}
+
 void RegisterAll() {
   benchmark::RegisterBenchmark("BM_StreamRead", BM_StreamRead)->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_StreamReadWrite", BM_StreamReadWrite)
@@ -675,6 +763,7 @@ void RegisterAll() {
       }
     }
   }
+  RegisterThreaded(targets);
 }
 
 

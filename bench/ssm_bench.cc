@@ -21,6 +21,8 @@
 //   BM_CheckpointPerToken/<target>/<keep>        8 steps + a copy per token,
 //                                                restore the keep-th copy
 //   BM_ConvStep/<target>/<channels>/<kernel>     ConvStep alone, hot
+//   BM_DecodeThreads, BM_DecodeHotThreads/<target>/<value heads>/<rows>/
+//     <threads>/real_time  decode with the heads on a pool (wall clock)
 //
 // Hot: one cache reused (at Hv = 16 a row's 1 MiB state lives in L3 here,
 // L2 is 512 KiB). Cold: rotating through at least 1 GiB of distinct touched
@@ -53,6 +55,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -75,6 +78,7 @@
 #include "core/cache.h"
 #include "kernels/conv1d.h"
 #include "kernels/gated_delta.h"
+#include "kernels/thread_pool.h"
 #include "core/ssm_cache.h"
 #include "hwy/targets.h"
 
@@ -499,6 +503,77 @@ void RunConvStep(benchmark::State& state, int64_t target, size_t channels, size_
 }
 
 // ---------------------------------------------------------------------------
+// Multi-core decode: BM_DecodeThreads/<target>/<value heads>/<rows>/<threads>
+// (cold) and BM_DecodeHotThreads/... (hot), the shapes of BM_Decode and
+// BM_DecodeHot with the gated delta step's value heads as tasks on a pool
+// of `threads` (SsmIO::pool; 1: one thread, the same code path). Timed on
+// the wall clock (/real_time): bytes_per_second per wall second;
+// cpu_per_wall = process CPU seconds / wall seconds; us_per_step wall.
+void RunForwardThreads(benchmark::State& state, int64_t target, int value_heads, int rows,
+                       bool cold, int threads) {
+  bench::DispatchCheck scope(target, GatedDeltaTargetName, "GatedDeltaStep");
+  if (!scope.Check(state)) return;
+  const SsmShape shape = Shape(value_heads);
+  const size_t rotate = cold ? ColdCount(shape, rows) : 1;
+  const auto& caches = Caches(value_heads, rows, rotate);
+  Inputs inputs(shape, rows, 1);
+  ThreadPool pool(threads);
+  SsmIO io = inputs.All(shape);
+  io.pool = &pool;
+  const ForwardColumns forward = ForwardColumns::Dense(rows, 1, /*decode=*/true);
+  size_t next = 0;
+  const double cpu_start = ProcessSeconds();
+  const auto wall_start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    const Status s = caches[next]->Forward(forward, io);
+    if (Failed(state, s, "Forward")) return;
+    next = next + 1 == rotate ? 0 : next + 1;
+    benchmark::ClobberMemory();
+  }
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  const double cpu = ProcessSeconds() - cpu_start;
+  const double iterations = static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(
+      2.0 * static_cast<double>(RowStateBytes(shape)) * rows * iterations));
+  state.SetItemsProcessed(static_cast<int64_t>(iterations * rows));
+  if (!cold) {
+    state.counters["flops"] = benchmark::Counter(
+        7.0 * static_cast<double>(shape.RecurrentFloats()) * rows * iterations,
+        benchmark::Counter::kIsRate);
+  }
+  if (wall > 0 && iterations > 0) {
+    state.counters["cpu_per_wall"] = cpu / wall;
+    state.counters["us_per_step"] = 1e6 * wall / iterations;
+  }
+  state.counters["threads"] = threads;
+  state.counters["caches"] = static_cast<double>(rotate);
+}
+
+// The threaded decodes at batch 1 and 8, Hv = 16, for the best target only.
+void RegisterThreaded(const std::vector<int64_t>& targets) {
+  if (targets.empty()) return;
+  const int64_t target = targets.front();
+  for (const int rows : kRows) {
+    for (const bool cold : {true, false}) {
+      for (const int threads : {1, 2}) {
+        const std::string name =
+            std::string(cold ? "BM_DecodeThreads/" : "BM_DecodeHotThreads/") +
+            hwy::TargetName(target);
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [target, rows, cold, threads](benchmark::State& state) {
+                                       RunForwardThreads(state, target, kSpeculationValueHeads,
+                                                         rows, cold, threads);
+                                     })
+            ->Args({kSpeculationValueHeads, rows, threads})
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
 void RegisterAll() {
   benchmark::RegisterBenchmark("BM_StreamRead", BM_StreamRead)->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_StreamReadWrite", BM_StreamReadWrite)
@@ -571,6 +646,7 @@ void RegisterAll() {
         ->Args({static_cast<int64_t>(kConvChannels), kConvKernel})
         ->Unit(benchmark::kMicrosecond);
   }
+  RegisterThreaded(targets);
 }
 
 

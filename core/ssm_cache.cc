@@ -127,7 +127,7 @@ Status SsmCacheBase::CheckForward(const ForwardColumns& cols) const {
 
 void SsmCacheBase::Step(const float* src, float* dst, const float* w, const float* x,
                         const float* gate, const float* beta, float* y,
-                        std::vector<float>* rec) {
+                        std::vector<float>* rec, ThreadPool* pool) {
   const size_t C = shape_.Channels();
   const size_t conv_floats = shape_.ConvFloats();
   const size_t hk = static_cast<size_t>(shape_.key_heads) * shape_.dk;
@@ -145,7 +145,7 @@ void SsmCacheBase::Step(const float* src, float* dst, const float* w, const floa
   } else {
     ConvStep(w, src, dst, x, u, C, static_cast<size_t>(shape_.conv));
     PrepareQueryKey(u, u + hk, q, k, delta);
-    GatedDeltaStep(src + conv_floats, dst + conv_floats, q, k, v, gate, beta, y, delta);
+    GatedDeltaStep(src + conv_floats, dst + conv_floats, q, k, v, gate, beta, y, delta, pool);
   }
   if (rec) {
     rec->insert(rec->end(), x, x + C);
@@ -226,12 +226,12 @@ Status SsmCacheBase::ForwardReserved(const ForwardColumns& cols, const SsmIO& io
         const int snap = snapshot_[r];
         const float* src = first ? Buffer(r, snap) : Buffer(r, 1 - snap);
         Step(src, Buffer(r, 1 - snap), io.conv_weights, io.x + at * C, io.gate + at * gf,
-             io.beta + at * hv, out, &record_[r]);
+             io.beta + at * hv, out, &record_[r], io.pool);
         ++round_real_[r];
       } else {
         float* s = Buffer(r, active_[r]);
         Step(s, s, io.conv_weights, io.x + at * C, io.gate + at * gf, io.beta + at * hv, out,
-             nullptr);
+             nullptr, io.pool);
       }
       first = false;
     }

@@ -74,6 +74,10 @@ struct SsmIO {
   const float* gate = nullptr;          // [rows][L][Hv] (or [rows][L][Hv][dk])
   const float* beta = nullptr;          // [rows][L][Hv]
   float* y = nullptr;                   // [rows][L][Hv][dv]; may be null
+  // Optional, not owned: the gated delta step's value heads run on it
+  // (kernels/gated_delta.h); the states and outputs are bit-identical
+  // whatever its thread count.
+  ThreadPool* pool = nullptr;
 };
 
 class SsmCacheBase : public Cache {
@@ -158,7 +162,7 @@ class SsmCacheBase : public Cache {
   // One token: conv, prepare, recurrence; src may equal dst. Records the
   // position-local inputs into rec when non-null.
   void Step(const float* src, float* dst, const float* w, const float* x, const float* gate,
-            const float* beta, float* y, std::vector<float>* rec);
+            const float* beta, float* y, std::vector<float>* rec, ThreadPool* pool);
   // Replays one recorded token (layout of Step's record).
   void Replay(const float* src, float* dst, const float* rec);
   size_t RecordFloats() const;

@@ -30,10 +30,37 @@ namespace kvspec {
 
 inline constexpr float kAttentionTolerance = 2e-5f;
 
+class ThreadPool;  // kernels/thread_pool.h
+
+// Multi-core decode (flash-decoding), AttendWith. With chunk > 0, a query alone in its
+// tile of 32 (every query of a decode, L = 1) that admits more than `chunk`
+// slots has its admitted slots, in logical order, cut into chunks of
+// `chunk` (the last one shorter). Each chunk's softmax partial (per query
+// head: the chunk's largest score, the sum of exp(score - that max), the
+// values weighted by those) is one task; the partials are then merged in
+// chunk order: out = sum_c e_c acc_c / sum_c e_c sum_c, e_c = exp(max_c -
+// max). The other tasks are one KV head of one tile of queries each.
+// Tasks run on `pool` when given (else on the calling thread); each writes
+// its own outputs, so the output is bit-identical whatever the pool's thread
+// count, 1 included. It depends on `chunk`: a query with at most `chunk`
+// admitted slots (and every query when chunk is 0) gets exactly Attend's
+// bits without options; one with more gets the merged arithmetic, within
+// the same tolerance of AttendReference.
+inline constexpr int32_t kAttendChunkMultiple = 64;  // chunk is a multiple of this
+inline constexpr int32_t kAttendDecodeChunk = 2048;  // a chunk worth a task on 2..8 cores
+
+struct AttendOptions {
+  ThreadPool* pool = nullptr;  // not owned; null: the calling thread alone
+  int32_t chunk = 0;           // 0 or a multiple of kAttendChunkMultiple
+};
+
 // q:   [rows][queries][q_heads][dim]  (queries = mask.queries)
 // out: [rows][queries][q_heads][dim]
 void Attend(const float* q, int q_heads, const KvView& kv, const Mask& mask,
             float* out);
+// Attend with options (a distinct name: Attend's address stays unambiguous).
+void AttendWith(const float* q, int q_heads, const KvView& kv, const Mask& mask, float* out,
+                const AttendOptions& options);
 void AttendReference(const float* q, int q_heads, const KvView& kv,
                      const Mask& mask, float* out);
 

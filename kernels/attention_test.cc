@@ -10,7 +10,9 @@
 // - fp32 and bf16 views, ring phases first_slot != 0, empty slots holding
 //   NaN (never read), slot counts and dims 0..2N+1 for N up to 16 lanes and
 //   larger counts crossing the kernel's blocks, q, keys, values and outputs
-//   misaligned by 0..3 floats.
+//   misaligned by 0..3 floats;
+// - flash-decoding (AttendOptions): chunked decodes within tolerance and
+//   bit-identical on 1, 2, 3 and 4 threads.
 //
 // A failure prints the target, the case, the lane (row, query, head, i),
 // the expected (reference) and the actual value.
@@ -20,6 +22,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -29,6 +32,7 @@
 #include "kernels/kv_view.h"
 #include "kernels/mask.h"
 #include "kernels/test_random.h"
+#include "kernels/thread_pool.h"
 #include "testing/target_params.h"
 
 namespace kvspec {
@@ -276,6 +280,82 @@ TEST_P(AttentionTargets, GroupedQueryHeadsMatchReference) {
       }
     }
   }
+}
+
+// Flash-decoding: with AttendOptions{pool, chunk}, the output does not
+// depend on the pool's thread count (none, 1, 2, 3, 4), stays within the
+// tolerance of the reference, and equals Attend's bits when no query
+// admits more than `chunk` slots or chunk is 0. Random shapes: decodes
+// (and windows whose last tile holds one query) over up to 600 slots with
+// chunks of 64..192, so most split queries have several chunks.
+TEST_P(AttentionTargets, ChunkedDecodeIsBitIdenticalOnAnyThreadCount) {
+  Rand r(14);
+  ThreadPool pool1(1), pool2(2), pool3(3), pool4(4);
+  ThreadPool* const pools[] = {&pool1, &pool2, &pool3, &pool4};
+  int split = 0;  // queries with more than one chunk
+  for (int trial = 0; trial < 30; ++trial) {
+    AttentionCase c;
+    c.rows = static_cast<int>(r.Int(1, 3));
+    c.kv_heads = static_cast<int>(r.Int(1, 3));
+    c.group = static_cast<int>(r.Int(1, 5));
+    c.dim = static_cast<int>(r.Int(0, 3) == 0 ? r.Int(1, 40) : 16 * r.Int(1, 4));
+    c.slots = static_cast<int32_t>(r.Int(0, 600));
+    c.queries = r.Int(0, 3) == 0 ? 33 : 1;  // 33: a tile of 32, then one alone
+    c.window = r.Int(0, 3) == 0 ? static_cast<int32_t>(r.Int(1, 400)) : kNoWindow;
+    c.bf16 = r.Int(0, 1) == 1;
+    c.first_slot = c.slots == 0 ? 0 : static_cast<int32_t>(r.Int(0, c.slots - 1));
+    c.misalign = static_cast<int>(r.Int(0, 3));
+    const int32_t chunk = kAttendChunkMultiple * static_cast<int32_t>(r.Int(1, 3));
+    const uint32_t seed = static_cast<uint32_t>(trial);
+    Rand data(seed);
+    AttentionInputs in;
+    FillCache(c, &data, &in);
+    FillMask(c, &data, &in);
+    const std::string what = c.Describe() + " chunk=" + std::to_string(chunk);
+    const int q_heads = c.kv_heads * c.group;
+    const float* q = in.q.data() + c.misalign;
+    const size_t n = static_cast<size_t>(c.rows) * c.queries * q_heads * c.dim;
+    int32_t most = 0;  // the most slots a query admits
+    for (int row = 0; row < c.rows; ++row) {
+      for (int32_t qi = 0; qi < c.queries; ++qi) {
+        int32_t admitted = 0;
+        for (int32_t s = 0; s < c.slots; ++s) admitted += in.mask.Admits(row, qi, s) ? 1 : 0;
+        most = std::max(most, admitted);
+        if (qi == c.queries - 1 && qi % 32 == 0 && admitted > chunk) ++split;
+      }
+    }
+
+    AttendOptions options;
+    options.chunk = chunk;
+    std::vector<float> alone(n, 1.0f), plain(n, 2.0f), expected(n, 3.0f);
+    AttendWith(q, q_heads, in.kv, in.mask, alone.data(), options);
+    Attend(q, q_heads, in.kv, in.mask, plain.data());
+    AttendReference(q, q_heads, in.kv, in.mask, expected.data());
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_LE(std::fabs(alone[i] - expected[i]), kAttentionTolerance * (1 + std::fabs(expected[i])))
+          << "target " << AttentionTargetName() << " " << what << " lane " << i;
+    }
+    if (most <= chunk) {
+      ASSERT_EQ(0, std::memcmp(alone.data(), plain.data(), n * sizeof(float))) << what;
+    }
+    for (ThreadPool* pool : pools) {
+      options.pool = pool;
+      std::vector<float> threaded(n, 4.0f);
+      AttendWith(q, q_heads, in.kv, in.mask, threaded.data(), options);
+      ASSERT_EQ(0, std::memcmp(alone.data(), threaded.data(), n * sizeof(float)))
+          << "target " << AttentionTargetName() << " " << what << " on " << pool->threads()
+          << " threads";
+      // chunk 0: Attend's one-pass arithmetic, the tiles and heads as tasks.
+      AttendOptions whole;
+      whole.pool = pool;
+      AttendWith(q, q_heads, in.kv, in.mask, threaded.data(), whole);
+      ASSERT_EQ(0, std::memcmp(plain.data(), threaded.data(), n * sizeof(float)))
+          << "target " << AttentionTargetName() << " " << what << " chunk 0 on "
+          << pool->threads() << " threads";
+    }
+  }
+  // The cases must exercise the split: most of them have long decodes.
+  EXPECT_GE(split, 10);
 }
 
 KVSPEC_FOR_EACH_TARGET(AttentionTargets);

@@ -1,6 +1,7 @@
 // Gated delta rule: the Highway version (per target), dispatched once per
 // call. The scalar reference is in gated_delta_reference.cc.
 #include "kernels/gated_delta.h"
+#include "kernels/thread_pool.h"
 
 #include <cmath>
 
@@ -182,35 +183,60 @@ constexpr size_t kBlock = 8;
 constexpr size_t kBlock = 4;
 #endif
 
-void GatedDeltaStepImpl(const float* state_in, float* state_out, const float* HWY_RESTRICT q,
-                        const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
-                        const float* HWY_RESTRICT g, const float* HWY_RESTRICT beta,
-                        float* HWY_RESTRICT y, const GatedDeltaShape& shape) {
+// One value head h of the step.
+HWY_INLINE void StepHead(const float* state_in, float* state_out, const float* HWY_RESTRICT q,
+                         const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
+                         const float* HWY_RESTRICT g, const float* HWY_RESTRICT beta,
+                         float* HWY_RESTRICT y, const GatedDeltaShape& shape, size_t h) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   const size_t dk = shape.dk, dv = shape.dv;
   const size_t group = shape.value_heads / shape.key_heads;
-  for (size_t h = 0; h < shape.value_heads; ++h) {
-    const float* kh = k + (h / group) * dk;
-    const float* qh = q + (h / group) * dk;
-    const float* gh = shape.gate_per_lane ? g + h * dk : nullptr;
-    const float gate = shape.gate_per_lane ? 1.0f : g[h];
-    const float b = beta[h];
-    float kq = 0.0f;
-    for (size_t j = 0; j < dk; ++j) kq += kh[j] * qh[j];
-    const float* in = state_in + h * dk * dv;
-    float* out = state_out + h * dk * dv;
-    const float* vh = v + h * dv;
-    float* yh = y + h * dv;
-    size_t c = 0;
-    for (; c + kBlock * N <= dv; c += kBlock * N) {
-      StepColumns<kBlock>(d, in, out, dk, dv, c, kh, qh, gh, gate, vh, b, kq, yh);
-    }
-    for (; c + N <= dv; c += N) {
-      StepColumns<1>(d, in, out, dk, dv, c, kh, qh, gh, gate, vh, b, kq, yh);
-    }
-    for (; c < dv; ++c) StepColumn(in, out, dk, dv, c, kh, qh, gh, gate, vh[c], b, kq, yh + c);
+  const float* kh = k + (h / group) * dk;
+  const float* qh = q + (h / group) * dk;
+  const float* gh = shape.gate_per_lane ? g + h * dk : nullptr;
+  const float gate = shape.gate_per_lane ? 1.0f : g[h];
+  const float b = beta[h];
+  float kq = 0.0f;
+  for (size_t j = 0; j < dk; ++j) kq += kh[j] * qh[j];
+  const float* in = state_in + h * dk * dv;
+  float* out = state_out + h * dk * dv;
+  const float* vh = v + h * dv;
+  float* yh = y + h * dv;
+  size_t c = 0;
+  for (; c + kBlock * N <= dv; c += kBlock * N) {
+    StepColumns<kBlock>(d, in, out, dk, dv, c, kh, qh, gh, gate, vh, b, kq, yh);
   }
+  for (; c + N <= dv; c += N) {
+    StepColumns<1>(d, in, out, dk, dv, c, kh, qh, gh, gate, vh, b, kq, yh);
+  }
+  for (; c < dv; ++c) StepColumn(in, out, dk, dv, c, kh, qh, gh, gate, vh[c], b, kq, yh + c);
+}
+
+// The heads are independent: on a pool, each head is a task (the same
+// arithmetic as on one thread, so the same bits).
+void GatedDeltaStepImpl(const float* state_in, float* state_out, const float* HWY_RESTRICT q,
+                        const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
+                        const float* HWY_RESTRICT g, const float* HWY_RESTRICT beta,
+                        float* HWY_RESTRICT y, const GatedDeltaShape& shape, ThreadPool* pool) {
+  if (pool == nullptr || pool->threads() < 2 || shape.value_heads < 2) {
+    for (size_t h = 0; h < shape.value_heads; ++h) {
+      StepHead(state_in, state_out, q, k, v, g, beta, y, shape, h);
+    }
+    return;
+  }
+  // One pointer captured: the std::function Run takes needs no allocation.
+  const struct {
+    const float* state_in;
+    float* state_out;
+    const float *q, *k, *v, *g, *beta;
+    float* y;
+    const GatedDeltaShape* shape;
+  } call{state_in, state_out, q, k, v, g, beta, y, &shape};
+  const auto* c = &call;
+  pool->Run(shape.value_heads, [c](size_t h) {
+    StepHead(c->state_in, c->state_out, c->q, c->k, c->v, c->g, c->beta, c->y, *c->shape, h);
+  });
 }
 
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
@@ -233,8 +259,9 @@ void PrepareQueryKey(const float* q_raw, const float* k_raw, float* q, float* k,
 
 void GatedDeltaStep(const float* state_in, float* state_out, const float* q, const float* k,
                     const float* v, const float* g, const float* beta, float* y,
-                    const GatedDeltaShape& shape) {
-  HWY_DYNAMIC_DISPATCH(GatedDeltaStepImpl)(state_in, state_out, q, k, v, g, beta, y, shape);
+                    const GatedDeltaShape& shape, ThreadPool* pool) {
+  HWY_DYNAMIC_DISPATCH(GatedDeltaStepImpl)(state_in, state_out, q, k, v, g, beta, y, shape,
+                                           pool);
 }
 
 const char* GatedDeltaTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }

@@ -35,6 +35,8 @@
 namespace kvspec {
 
 inline constexpr float kGatedDeltaTolerance = 1e-4f;
+
+class ThreadPool;  // kernels/thread_pool.h
 inline constexpr float kL2Epsilon = 1e-6f;
 
 struct GatedDeltaShape {
@@ -55,9 +57,12 @@ void PrepareQueryKeyReference(const float* q_raw, const float* k_raw, float* q, 
 // GatedDeltaStep and GatedDeltaStepReferenceKernelOrder, trace order for
 // GatedDeltaStepReference. q, k: [Hk][dk] prepared; v: [Hv][dv]; g: [Hv] or
 // [Hv][dk]; beta: [Hv]; y: [Hv][dv].
+// pool (optional, not owned): the value heads run as tasks on it; the
+// result is bit-identical whatever its thread count (each head's arithmetic
+// is the same on any thread).
 void GatedDeltaStep(const float* state_in, float* state_out, const float* q, const float* k,
                     const float* v, const float* g, const float* beta, float* y,
-                    const GatedDeltaShape& shape);
+                    const GatedDeltaShape& shape, ThreadPool* pool = nullptr);
 void GatedDeltaStepReference(const float* state_in, float* state_out, const float* q,
                              const float* k, const float* v, const float* g,
                              const float* beta, float* y, const GatedDeltaShape& shape);

@@ -9,7 +9,8 @@
 //   dk wider than the kernel's row chunk, both gate kinds;
 // - a head's result does not depend on which heads are processed with it:
 //   any split of the heads (whole key-head groups) into separate calls gives
-//   the same bytes as one call (what a split across threads relies on);
+//   the same bytes as one call (what a split across threads relies on),
+//   and a pool of 1-4 threads gives the bytes of the calling thread alone;
 // - same inputs, same bits: in place and out of place.
 #include <algorithm>
 #include <cmath>
@@ -21,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/gated_delta.h"
+#include "kernels/thread_pool.h"
 #include "kernels/test_random.h"
 #include "testing/target_params.h"
 
@@ -203,6 +205,42 @@ TEST_P(GatedDeltaTargets, IsDeterministicInAndOutOfPlace) {
                    tok.g.data(), tok.beta.data(), y2.data(), s);
     ASSERT_EQ(0, std::memcmp(in_place.data(), out.data(), n * sizeof(float))) << Describe(s);
     ASSERT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float))) << Describe(s);
+  }
+}
+
+// On a pool of 1, 2, 3 or 4 threads (each value head a task): the same
+// states and outputs, byte for byte, as on the calling thread alone, over
+// several tokens, in place and out of place.
+TEST_P(GatedDeltaTargets, ThreadsGiveTheSameBits) {
+  testing::TargetScope scope(GetParam());
+  Rand r(2468);
+  ThreadPool pool1(1), pool2(2), pool3(3), pool4(4);
+  ThreadPool* const pools[] = {&pool1, &pool2, &pool3, &pool4};
+  for (int trial = 0; trial < 40; ++trial) {
+    GatedDeltaShape s = RandomShape(&r);
+    s.key_heads = r.Int(1, 4);
+    s.value_heads = s.key_heads * r.Int(1, 4);
+    const size_t n = s.value_heads * s.dv * s.dk;
+    std::vector<float> alone(n);
+    r.Fill(&alone, -1, 1);
+    std::vector<std::vector<float>> threaded(4, alone);
+    for (int t = 0; t < 3; ++t) {
+      const DeltaToken tok = MakeDeltaToken(s, &r);
+      std::vector<float> y(s.value_heads * s.dv);
+      GatedDeltaStep(alone.data(), alone.data(), tok.q.data(), tok.k.data(), tok.v.data(),
+                     tok.g.data(), tok.beta.data(), y.data(), s);
+      for (size_t p = 0; p < 4; ++p) {
+        std::vector<float> next(n), yp(y.size(), -5.0f);
+        GatedDeltaStep(threaded[p].data(), t % 2 == 0 ? next.data() : threaded[p].data(),
+                       tok.q.data(), tok.k.data(), tok.v.data(), tok.g.data(), tok.beta.data(),
+                       yp.data(), s, pools[p]);
+        if (t % 2 == 0) threaded[p] = next;
+        ASSERT_EQ(0, std::memcmp(y.data(), yp.data(), y.size() * sizeof(float)))
+            << Describe(s) << " on " << pools[p]->threads() << " threads";
+        ASSERT_EQ(0, std::memcmp(alone.data(), threaded[p].data(), n * sizeof(float)))
+            << Describe(s) << " on " << pools[p]->threads() << " threads";
+      }
+    }
   }
 }
 
