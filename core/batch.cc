@@ -20,8 +20,8 @@ Status KindOf(const Cache& cache, CacheKind* cache_kind) {
     return Status::Error("unknown cache kind '" + kind + "': refused");
   }
   // The kind must match the object: a kind string is not a type.
-  const bool is_store = dynamic_cast<const ColumnStore*>(&cache) != nullptr;
-  const bool is_ssm = dynamic_cast<const SsmCacheBase*>(&cache) != nullptr;
+  const bool is_store = cache.AsColumnStore() != nullptr;
+  const bool is_ssm = cache.AsRecurrent() != nullptr;
   if ((*cache_kind == CacheKind::kSsm && !is_ssm) || (*cache_kind != CacheKind::kSsm && !is_store)) {
     return Status::Error("cache of kind '" + kind + "' is not what its kind says: refused");
   }
@@ -29,7 +29,7 @@ Status KindOf(const Cache& cache, CacheKind* cache_kind) {
 }
 
 Status NotArmed(const Cache& cache) {
-  const auto* ssm = dynamic_cast<const SsmCacheBase*>(&cache);
+  const auto* ssm = cache.AsRecurrent();
   if (ssm && ssm->armed()) {
     return Status::Error("a speculative round is armed: commit or roll back first");
   }

@@ -98,10 +98,21 @@ class Hasher {
   uint64_t value_ = 0xCBF29CE484222325ull;
 };
 
+class AttentionCache;
+class ColumnStore;
+class SsmCacheBase;
+
 // ---------------------------------------------------------------------------
 class Cache {
  public:
   virtual ~Cache() = default;
+
+  // This cache as one of the library's cache families, or null: what a
+  // dynamic_cast to that class gives (the families override them), without
+  // its cost on every call of a layout's hot paths.
+  virtual const AttentionCache* AsAttention() const { return nullptr; }
+  virtual const ColumnStore* AsColumnStore() const { return nullptr; }
+  virtual const SsmCacheBase* AsRecurrent() const { return nullptr; }
 
   // The stable kind string. Concrete caches get it from WithKind<> below,
   // so a type that does not declare its kKind does not compile.

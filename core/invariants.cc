@@ -234,8 +234,8 @@ std::string LayerText(size_t layer) { return "layer " + std::to_string(layer); }
 
 // Whether `cache` is the cache `config` describes.
 bool MatchesConfig(const Cache& cache, const LayerConfig& config) {
-  const auto* store = dynamic_cast<const ColumnStore*>(&cache);
-  const auto* ssm = dynamic_cast<const SsmCacheBase*>(&cache);
+  const auto* store = cache.AsColumnStore();
+  const auto* ssm = cache.AsRecurrent();
   if (config.kind == CacheKind::kSsm) {
     if (!ssm) return false;
     const SsmShape& s = ssm->shape();
@@ -255,16 +255,16 @@ Status Layout::CheckLayer(size_t i) const {
   const Cache& c = *layers_[i];
   const Status own = c.CheckInvariants();
   if (!own.ok()) return Broken(kLayoutType, 2, LayerText(i) + ": " + own.message());
-  const std::string kind = c.kind();
-  if (c.rows() != rows_ || (rows_ > 1 && !IsBatchedCache(kind))) {
+  // The kind string only when it is needed (it may allocate).
+  if (c.rows() != rows_ || (rows_ > 1 && !IsBatchedCache(c.kind()))) {
     return Broken(kLayoutType, 2,
-                  LayerText(i) + ": cache of kind " + kind + " with " +
+                  LayerText(i) + ": cache of kind " + c.kind() + " with " +
                       std::to_string(c.rows()) + " rows in a layout of " +
                       std::to_string(rows_));
   }
   if (!MatchesConfig(c, configs_[i])) {
     return Broken(kLayoutType, 2,
-                  LayerText(i) + ": cache of kind " + kind +
+                  LayerText(i) + ": cache of kind " + c.kind() +
                       " does not match the layer's configuration");
   }
   if (c.positions() != layers_[0]->positions() || c.columns() != layers_[0]->columns()) {
@@ -272,9 +272,9 @@ Status Layout::CheckLayer(size_t i) const {
   }
   // Compared with the first layer of its mask only: equal phases are
   // transitive, and the check stays linear in the layers.
-  const auto* store = dynamic_cast<const ColumnStore*>(&c);
+  const auto* store = c.AsColumnStore();
   for (size_t j = 0; store && j < i; ++j) {
-    const auto* other = dynamic_cast<const ColumnStore*>(layers_[j].get());
+    const auto* other = layers_[j]->AsColumnStore();
     if (!other || other->window() != store->window() ||
         other->ringCapacity() != store->ringCapacity()) {
       continue;
@@ -331,7 +331,7 @@ Status Layout::CheckRoundState() const {
   const std::vector<int32_t>& bound = verified_ ? verify_real_ : bypass_bound_;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const SsmCacheBase* ssm = recurrent(i);
-    const auto* store = dynamic_cast<const ColumnStore*>(layers_[i].get());
+    const auto* store = layers_[i]->AsColumnStore();
     if (ssm && (ssm->armed() != armed_ || ssm->verified() != verified_ ||
                 (verified_ && ssm->roundReal() != verify_real_))) {
       return Broken(kLayoutType, 6, LayerText(i) + ": round state disagrees");

@@ -31,6 +31,7 @@ struct AppendSpace {
 // What every attention cache (plain or ring) offers a layout.
 class AttentionCache : public Cache {
  public:
+  const AttentionCache* AsAttention() const final { return this; }
   virtual int kvHeads() const = 0;
   virtual int headDim() const = 0;
   // The layer's sliding window (kNoWindow: none); decides its mask.
@@ -107,6 +108,7 @@ class AttentionCache : public Cache {
 class ColumnStore : public AttentionCache {
  public:
   ColumnStore(int rows, int kv_heads, int dim, int32_t window, int32_t ring_capacity);
+  const ColumnStore* AsColumnStore() const final { return this; }
 
   int rows() const override { return rows_; }
   int64_t columns() const override { return columns_; }

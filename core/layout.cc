@@ -142,11 +142,11 @@ std::unique_ptr<Layout> Layout::CopyUnchecked() const {
 }
 
 const AttentionCache* Layout::attention(size_t layer) const {
-  return dynamic_cast<const AttentionCache*>(layers_[layer].get());
+  return layers_[layer]->AsAttention();
 }
 
 const SsmCacheBase* Layout::recurrent(size_t layer) const {
-  return dynamic_cast<const SsmCacheBase*>(layers_[layer].get());
+  return layers_[layer]->AsRecurrent();
 }
 
 size_t Layout::allocatedBytes() const {
@@ -256,8 +256,8 @@ Status Layout::Forward(const ForwardColumns& cols, const std::vector<AttentionIO
 void Layout::WriteForward(const ForwardColumns& cols, const std::vector<AttentionIO>& io,
                           ForwardSpace* space) {
   for (size_t i = 0; i < layers_.size(); ++i) {
-    AttentionCache* a = dynamic_cast<AttentionCache*>(layers_[i].get());
-    SsmCacheBase* ssm = dynamic_cast<SsmCacheBase*>(layers_[i].get());
+    AttentionCache* a = MutableAttention(i);
+    SsmCacheBase* ssm = MutableRecurrent(i);
     Status s = a ? a->AppendReserved(cols, io[i].k, io[i].v, &space->append[i])
                  : ssm->ForwardReserved(cols, io[i].ssm, &space->recurrent[i]);
     // CheckForward accepted these columns and their storage is reserved: a
@@ -349,7 +349,7 @@ Status Layout::Arm() {
       }
     }
     for (size_t i = 0; i < layers_.size(); ++i) {
-      SsmCacheBase* ssm = dynamic_cast<SsmCacheBase*>(layers_[i].get());
+      SsmCacheBase* ssm = MutableRecurrent(i);
       if (ssm) {
         Status s = ssm->ArmRound();
         if (!s.ok()) return Status::Error("internal: " + s.message());
@@ -397,8 +397,8 @@ Status Layout::Accept(const std::vector<int32_t>& keep) {
     }
     ForgetLastForward();
     for (size_t i = 0; i < layers_.size(); ++i) {
-      AttentionCache* a = dynamic_cast<AttentionCache*>(layers_[i].get());
-      SsmCacheBase* ssm = dynamic_cast<SsmCacheBase*>(layers_[i].get());
+      AttentionCache* a = MutableAttention(i);
+      SsmCacheBase* ssm = MutableRecurrent(i);
       // Attention layers drop the rejected tips; recurrent layers commit on a
       // full accept, else roll back to the snapshot and replay the kept tokens.
       Status s = a ? a->DropTips(drop) : full ? ssm->Commit() : ssm->Rollback(kept);
@@ -537,7 +537,7 @@ size_t Layout::BytesOfExtract(int32_t row) const {
 void Layout::set_reference_kernels(bool on) {
   reference_kernels_ = on;
   for (auto& layer : layers_) {
-    auto* ssm = dynamic_cast<SsmCacheBase*>(layer.get());
+    auto* ssm = const_cast<SsmCacheBase*>(layer->AsRecurrent());
     if (ssm) ssm->set_reference_kernels(on);
   }
 }

@@ -159,6 +159,13 @@ class Layout {
   // naming `operation` when one is broken.
   Status CheckBeforeChange(const char* operation) const;
   std::unique_ptr<Layout> CopyUnchecked() const;
+  // attention(i) and recurrent(i) of a layer this layout owns, to change.
+  AttentionCache* MutableAttention(size_t layer) {
+    return const_cast<AttentionCache*>(layers_[layer]->AsAttention());
+  }
+  SsmCacheBase* MutableRecurrent(size_t layer) {
+    return const_cast<SsmCacheBase*>(layers_[layer]->AsRecurrent());
+  }
   struct ForwardSpace;
   void ReserveForward(const ForwardColumns& cols, ForwardSpace* space) const;
   void WriteForward(const ForwardColumns& cols, const std::vector<AttentionIO>& io,

@@ -82,6 +82,7 @@ struct SsmIO {
 
 class SsmCacheBase : public Cache {
  public:
+  const SsmCacheBase* AsRecurrent() const final { return this; }
   SsmCacheBase(int rows, const SsmShape& shape);
   // Bytes the constructor allocates that grow with the shape: both state
   // buffers of every row and one token's scratch.

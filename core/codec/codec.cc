@@ -23,8 +23,8 @@ Status EncodeCache(const Cache& cache, std::string* out) {
   return RefuseOnAllocationFailure("EncodeCache", [&]() -> Status {
     const std::string kind = cache.kind();
     if (!HasCodec(kind)) return Status::Error("no codec for cache kind '" + kind + "'");
-    const auto* store = dynamic_cast<const ColumnStore*>(&cache);
-    const auto* ssm = dynamic_cast<const SsmCacheBase*>(&cache);
+    const auto* store = cache.AsColumnStore();
+    const auto* ssm = cache.AsRecurrent();
     if (IsRecurrentCache(kind) ? !ssm : !store) {
       return Status::Error("cache of kind '" + kind + "' is not what its kind says");
     }
