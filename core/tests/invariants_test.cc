@@ -224,6 +224,10 @@ TEST(Invariants, CorruptedLayoutsFail) {
   Access::MaskOfLayer(*none).clear();
   ExpectBroken(none->CheckInvariants(), "Layout invariant 1");
 
+  std::unique_ptr<Layout> extra = layout->Copy();
+  Access::MaskOfLayer(*extra).push_back(0);  // a mask index for a layer that is not there
+  ExpectBroken(extra->CheckInvariants(), "Layout invariant 5");
+
   Access::MaskOfLayer(*layout)[1] = 7;  // there is one mask per window
   ExpectBroken(layout->CheckInvariants(), "Layout invariant 5");
 }
