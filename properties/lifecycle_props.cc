@@ -11,6 +11,17 @@
 //   behaves alike afterwards; corrupting or truncating the bytes is refused
 //   or decodes to a consistent layout, never a crash;
 // - unknown or lying kinds are refused by every lifecycle operation and codec.
+//
+// The first four record their case as the trace it stands for (TraceRecord:
+// the statements, with what the trace model says of each: `expect sees`,
+// `expect positions`, `expect trimmable`, `expect error` for a refusal,
+// `expect equal` where the property compares two layouts); a shrunk failure
+// is written as a regression trace (properties/regression_writer.h), to
+// which the writer adds the double-precision oracle's `expect out`. The
+// trace states the rows' visible sets, positions and values (within the
+// format's tolerance), not the bit-for-bit comparison of two forwards: a
+// failure that only shows in the last bits is kept as tools/props' reproduce
+// record, and the writer says so.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
@@ -25,6 +36,8 @@
 #include "core/batch.h"
 #include "core/codec/codec.h"
 #include "core/layout.h"
+#include "testing/generators.h"
+#include "testing/trace_model.h"
 #include "trace/runner.h"
 #include "trace/values.h"
 #include "properties/regression_writer.h"
@@ -91,6 +104,141 @@ struct RowView {
     }
     return true;
   }
+};
+
+
+// The trace a lifecycle case stands for, recorded as the case runs
+// (regression_writer.h), with the expectations of the trace model
+// (testing/trace_model.h), which follows the statements alongside the real
+// layouts. Layouts are named as in the trace: the first one `main`, the
+// others made by `fork` and `extract`. Each statement is recorded before the
+// property runs it, so that a failing operation is in the trace.
+class TraceRecord {
+ public:
+  // `write`: false for a property whose subject is no trace (it records
+  // nothing, so a failure leaves RapidCheck's reproduce string).
+  TraceRecord(int rows, const std::vector<LayerConfig>& layers, bool write = true)
+      : write_(write), layers_(layers), model_(rows, layers, /*print=*/false) {
+    if (write_) regress::Recorder::Get().Begin(testing::TraceHeader(rows, layers));
+  }
+
+  // A statement; `expect error` when the model refuses it.
+  void Step(const trace::Statement& st) {
+    if (!write_) return;
+    regress::Recorder& rec = regress::Recorder::Get();
+    const std::string text = testing::StatementText(st);
+    if (model_.Refuses(st)) {
+      rec.Statement("expect error " + text);
+      return;
+    }
+    const bool forward = st.op() == trace::Op::kWindow || st.op() == trace::Op::kDecode;
+    rec.Statement(text, forward);
+    RC_ASSERT(model_.Apply(st).done());
+    if (st.op() == trace::Op::kUse || st.op() == trace::Op::kFork ||
+        st.op() == trace::Op::kExtract) {
+      return;  // the current layout is unchanged, or another one
+    }
+    if (forward) {
+      const std::vector<int32_t>& first = model_.LastForwardFirst();
+      const std::vector<int32_t>& real = model_.LastForwardReal();
+      for (size_t l = 0; l < layers_.size(); ++l) {
+        if (layers_[l].kind == CacheKind::kSsm) continue;
+        for (int r = 0; r < model_.rows(); ++r) {
+          for (int32_t j = 0; j < real[r]; ++j) {
+            const int32_t p = first[r] + j;
+            const std::vector<trace::SeenItem>* seen =
+                model_.Sees(static_cast<int>(l), r, p);
+            RC_ASSERT(seen != nullptr);
+            std::string line = "expect sees " + layers_[l].name + " r" + std::to_string(r) +
+                               " p" + std::to_string(p) + ":";
+            for (const trace::SeenItem& e : *seen) {
+              line += " " + std::to_string(e.pos);
+              if (e.id != e.pos) line += ":" + std::to_string(e.id);
+            }
+            rec.Expect(line);
+          }
+        }
+      }
+    }
+    ExpectState();
+  }
+
+  // `expect positions` and `expect trimmable` of the current layout.
+  void ExpectState() {
+    regress::Recorder& rec = regress::Recorder::Get();
+    rec.Expect("expect positions " + testing::JoinInts(model_.Positions()));
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      rec.Expect("expect trimmable " + layers_[l].name +
+                 (model_.Trimmable(static_cast<int>(l)) ? " yes" : " no"));
+    }
+  }
+
+  // The forward Driver::Forward(layout, cols, salt) runs on the current
+  // layout: ids (position + salt) % 100000.
+  void Forward(const ForwardColumns& cols, uint64_t salt) {
+    const std::vector<int32_t> next = model_.Positions();
+    std::vector<std::vector<int32_t>> ids(next.size());
+    for (size_t r = 0; r < next.size() && r < cols.left.size(); ++r) {
+      for (int32_t j = 0; j < cols.Real(r); ++j) {
+        ids[r].push_back(static_cast<int32_t>((next[r] + j + salt) % 100000));
+      }
+    }
+    if (cols.decode) {
+      trace::DecodeOp op;
+      op.has_ids = true;
+      op.ids = ids;
+      Step(testing::StatementOf(op));
+      return;
+    }
+    trace::WindowOp op;
+    op.columns = cols.columns;
+    op.has_ids = true;
+    op.ids = ids;
+    bool padded = false;
+    for (size_t r = 0; r < cols.left.size(); ++r) padded = padded || cols.left[r] || cols.right[r];
+    if (padded) {
+      op.has_left = op.has_right = true;
+      op.left = cols.left;
+      op.right = cols.right;
+    }
+    Step(testing::StatementOf(op));
+  }
+
+  void Trim(int32_t n) { Step(testing::StatementOf(trace::TrimOp{n, false})); }
+  void Arm() { Step(testing::StatementOf(trace::ArmOp{})); }
+  void Accept(std::vector<int32_t> keep) { Step(testing::StatementOf(trace::AcceptOp{std::move(keep)})); }
+  void Fork(const std::string& name) { Step(testing::StatementOf(trace::ForkOp{name})); }
+  // `use NAME` (nothing when NAME is current).
+  void Use(const std::string& name) {
+    if (name == current_) return;
+    Step(testing::StatementOf(trace::UseOp{name}));
+    current_ = name;
+  }
+  void Join(const std::string& name) { Step(testing::StatementOf(trace::JoinOp{name})); }
+  void Filter(std::vector<int32_t> rows) { Step(testing::StatementOf(trace::FilterOp{std::move(rows)})); }
+  // `extract R as NAME`, then what NAME holds (`use NAME`, its positions
+  // and trimmability, `use` back).
+  void Extract(int32_t row, const std::string& name) {
+    const trace::Statement st = testing::StatementOf(trace::ExtractOp{row, name});
+    const bool refused = write_ && model_.Refuses(st);
+    Step(st);
+    if (!write_ || refused) return;
+    const std::string back = current_;
+    Use(name);
+    ExpectState();
+    Use(back);
+  }
+  void Reload() { Step(testing::StatementOf(trace::ReloadOp{})); }
+  // `expect equal NAME` (the current layout and NAME hold the same tokens).
+  void ExpectEqual(const std::string& name) {
+    if (write_) regress::Recorder::Get().Expect("expect equal " + name);
+  }
+
+ private:
+  bool write_;
+  std::string current_ = "main";  // the current layout's name
+  std::vector<LayerConfig> layers_;
+  testing::TraceModel model_;
 };
 
 // Drives layouts with TRACE.md token contents (ids = positions) and reads
@@ -192,8 +340,9 @@ class Driver {
     return views;
   }
 
-  // A random history: forwards with padding, decodes, trims, rounds.
-  void History(Layout& layout, int steps) {
+  // A random history: forwards with padding, decodes, trims, rounds; each
+  // operation recorded in `rec` (on its current layout, which is `layout`).
+  void History(Layout& layout, int steps, TraceRecord& rec) {
     for (int i = 0; i < steps; ++i) {
       const int op = *rc::gen::inRange(0, 6);
       const int rows = layout.rows();
@@ -204,17 +353,28 @@ class Driver {
           cols.left[r] = next[r] == 0 ? *rc::gen::inRange<int32_t>(0, cols.columns + 1) : 0;
           cols.right[r] = *rc::gen::inRange<int32_t>(0, cols.columns - cols.left[r] + 1);
         }
+        rec.Forward(cols, 0);
         Forward(layout, cols, 0);
       } else if (op == 3) {
+        rec.Forward(ForwardColumns::Dense(rows, 1, true), 0);
         Forward(layout, ForwardColumns::Dense(rows, 1, true), 0);
       } else if (op == 4) {
-        (void)layout.Trim(*rc::gen::inRange<int32_t>(0, 3), false);
+        const int32_t n = *rc::gen::inRange<int32_t>(0, 3);
+        rec.Trim(n);
+        (void)layout.Trim(n, false);
       } else {
+        rec.Arm();
         RC_ASSERT(layout.Arm().ok());
-        Forward(layout, ForwardColumns::Dense(rows, *rc::gen::inRange<int32_t>(1, 5)), 777);
+        const ForwardColumns cols = ForwardColumns::Dense(rows, *rc::gen::inRange<int32_t>(1, 5));
+        rec.Forward(cols, 777);
+        Forward(layout, cols, 777);
         std::vector<int32_t> keep;
         for (int r = 0; r < rows; ++r) keep.push_back(*rc::gen::inRange<int32_t>(0, 5));
-        if (!layout.Accept(keep).ok()) RC_ASSERT(layout.Accept({0}).ok());
+        rec.Accept(keep);
+        if (!layout.Accept(keep).ok()) {
+          rec.Accept({0});
+          RC_ASSERT(layout.Accept({0}).ok());
+        }
       }
     }
   }
@@ -237,10 +397,23 @@ ForwardColumns NextForward(int rows) {
   return ForwardColumns::Dense(rows, *rc::gen::inRange<int32_t>(1, 4));
 }
 
-// The same next forward on `want` and `got` shows the same rows.
-void SameNextForward(Driver& driver, Layout& want, Layout& got, uint64_t id_salt) {
+// Rows 0..n-1.
+std::vector<int32_t> FirstRows(int n) {
+  std::vector<int32_t> rows;
+  for (int r = 0; r < n; ++r) rows.push_back(r);
+  return rows;
+}
+
+// The same next forward on `want` (layout `want_name` of the trace) and
+// `got` (`got_name`) shows the same rows; the trace ends on `got_name`.
+void SameNextForward(Driver& driver, Layout& want, Layout& got, uint64_t id_salt,
+                     TraceRecord& rec, const std::string& want_name, const std::string& got_name) {
   const ForwardColumns f = NextForward(want.rows());
+  rec.Use(want_name);
+  rec.Forward(f, id_salt);
   const auto a = driver.Forward(want, f, id_salt);
+  rec.Use(got_name);
+  rec.Forward(f, id_salt);
   const auto b = driver.Forward(got, f, id_salt);
   RC_ASSERT(a.size() == b.size());
   for (size_t r = 0; r < a.size(); ++r) RC_ASSERT(a[r] == b[r]);
@@ -249,16 +422,36 @@ void SameNextForward(Driver& driver, Layout& want, Layout& got, uint64_t id_salt
 // Runs on every Highway target this CPU has (test names end in the target).
 class LifecycleTargets : public ::testing::TestWithParam<int64_t> {};
 
+// Trace: `main` and `b` start as one empty layout of the larger row count,
+// each filtered to its own rows (so the trace builds both); `a0` is main's
+// copy before the join.
 KVSPEC_RECORDED_PROP_P(LifecycleTargets, JoinKeepsEveryRunningRow) {
   const auto layers = *GenLayers();
   RC_LOG() << Describe(layers);
   Driver driver(layers);
-  auto a = Build(layers, *rc::gen::inRange(1, 4));
-  auto b = Build(layers, *rc::gen::inRange(1, 4));
-  driver.History(*a, *rc::gen::inRange(0, 6));
-  driver.History(*b, *rc::gen::inRange(0, 6));
+  const int rows_a = *rc::gen::inRange(1, 4);
+  const int rows_b = *rc::gen::inRange(1, 4);
+  const int rows = std::max(rows_a, rows_b);
+  TraceRecord rec(rows, layers);
+  auto a = Build(layers, rows);
+  rec.Fork("b");
+  auto b = a->Copy();
+  if (rows_a < rows) {
+    rec.Filter(FirstRows(rows_a));
+    RC_ASSERT(a->Filter(FirstRows(rows_a)).ok());
+  }
+  driver.History(*a, *rc::gen::inRange(0, 6), rec);
+  rec.Use("b");
+  if (rows_b < rows) {
+    rec.Filter(FirstRows(rows_b));
+    RC_ASSERT(b->Filter(FirstRows(rows_b)).ok());
+  }
+  driver.History(*b, *rc::gen::inRange(0, 6), rec);
+  rec.Use("main");
+  rec.Fork("a0");
   auto a0 = a->Copy();
   auto b0 = b->Copy();
+  rec.Join("b");
   RC_ASSERT(a->Join(*b).ok());
   RC_ASSERT(a->rows() == a0->rows() + b0->rows());
   // The larger peak: a joined ring is wrapped when either side was.
@@ -268,22 +461,36 @@ KVSPEC_RECORDED_PROP_P(LifecycleTargets, JoinKeepsEveryRunningRow) {
   }
   RC_CLASSIFY(a0->columns() != b0->columns(), "sides of different lengths");
   const ForwardColumns f = NextForward(a->rows());
+  rec.Forward(f, 5);
   const auto joined = driver.Forward(*a, f, 5);
-  const auto left = driver.Forward(*a0, ForwardColumns::Dense(a0->rows(), f.columns), 5);
-  const auto right = driver.Forward(*b0, ForwardColumns::Dense(b0->rows(), f.columns), 5);
+  const ForwardColumns fa = ForwardColumns::Dense(a0->rows(), f.columns);
+  rec.Use("a0");
+  rec.Forward(fa, 5);
+  const auto left = driver.Forward(*a0, fa, 5);
+  const ForwardColumns fb = ForwardColumns::Dense(b0->rows(), f.columns);
+  rec.Use("b");
+  rec.Forward(fb, 5);
+  const auto right = driver.Forward(*b0, fb, 5);
   RC_ASSERT(joined.size() == left.size() + right.size());
   for (size_t r = 0; r < left.size(); ++r) RC_ASSERT(joined[r] == left[r]);
   for (size_t r = 0; r < right.size(); ++r) RC_ASSERT(joined[left.size() + r] == right[r]);
 }
 
+// Trace: row r extracted as `eR`; `e0` joined with the others, then
+// `expect equal main`.
 KVSPEC_RECORDED_PROP_P(LifecycleTargets, ExtractThenMergeReturnsTheRows) {
   const auto layers = *GenLayers();
   RC_LOG() << Describe(layers);
   Driver driver(layers);
-  auto batch = Build(layers, *rc::gen::inRange(1, 4));
-  driver.History(*batch, *rc::gen::inRange(0, 7));
+  const int rows = *rc::gen::inRange(1, 4);
+  TraceRecord rec(rows, layers);
+  auto batch = Build(layers, rows);
+  driver.History(*batch, *rc::gen::inRange(0, 7), rec);
   std::unique_ptr<Layout> merged;
   for (int r = 0; r < batch->rows(); ++r) {
+    const std::string name = "e" + std::to_string(r);
+    rec.Use("main");
+    rec.Extract(r, name);
     std::unique_ptr<Layout> one;
     RC_ASSERT(batch->Extract(r, &one).ok());
     RC_ASSERT(one->rows() == 1);
@@ -300,44 +507,68 @@ KVSPEC_RECORDED_PROP_P(LifecycleTargets, ExtractThenMergeReturnsTheRows) {
     if (!merged) {
       merged = std::move(one);
     } else {
+      rec.Use("e0");
+      rec.Join(name);
       RC_ASSERT(merged->Join(*one).ok());
     }
   }
-  SameNextForward(driver, *batch, *merged, 9);
+  rec.Use("e0");
+  rec.ExpectEqual("main");
+  SameNextForward(driver, *batch, *merged, 9, rec, "main", "e0");
 }
 
+// Trace: `f` is a fork of main, filtered.
 KVSPEC_RECORDED_PROP_P(LifecycleTargets, FilterKeepsTheChosenRows) {
   const auto layers = *GenLayers();
   RC_LOG() << Describe(layers);
   Driver driver(layers);
-  auto batch = Build(layers, *rc::gen::inRange(1, 5));
-  driver.History(*batch, *rc::gen::inRange(0, 7));
+  const int rows = *rc::gen::inRange(1, 5);
+  TraceRecord rec(rows, layers);
+  auto batch = Build(layers, rows);
+  driver.History(*batch, *rc::gen::inRange(0, 7), rec);
   std::vector<int32_t> keep;
   for (int r = 0; r < batch->rows(); ++r) {
     if (*rc::gen::arbitrary<bool>()) keep.push_back(r);
   }
   if (keep.empty()) keep.push_back(0);
+  rec.Fork("f");
   auto filtered = batch->Copy();
+  rec.Use("f");
+  rec.Filter(keep);
   RC_ASSERT(filtered->Filter(keep).ok());
   const ForwardColumns f = NextForward(batch->rows());
+  rec.Use("main");
+  rec.Forward(f, 3);
   const auto all = driver.Forward(*batch, f, 3);
-  const auto some = driver.Forward(*filtered, ForwardColumns::Dense(filtered->rows(), f.columns), 3);
+  const ForwardColumns fs = ForwardColumns::Dense(filtered->rows(), f.columns);
+  rec.Use("f");
+  rec.Forward(fs, 3);
+  const auto some = driver.Forward(*filtered, fs, 3);
   RC_ASSERT(some.size() == keep.size());
   for (size_t i = 0; i < keep.size(); ++i) RC_ASSERT(some[i] == all[keep[i]]);
 }
 
+// Trace: `orig` is a fork of main taken before main's `reload`.
 KVSPEC_RECORDED_PROP_P(LifecycleTargets, PersistenceRoundTripIsExact) {
   const auto layers = *GenLayers();
   RC_LOG() << Describe(layers);
   Driver driver(layers);
-  auto layout = Build(layers, *rc::gen::inRange(1, 4));
-  driver.History(*layout, *rc::gen::inRange(0, 8));
+  const int rows = *rc::gen::inRange(1, 4);
+  TraceRecord rec(rows, layers);
+  auto layout = Build(layers, rows);
+  driver.History(*layout, *rc::gen::inRange(0, 8), rec);
   // Sometimes persist in the middle of a round.
   const bool mid_round = *rc::gen::arbitrary<bool>();
   if (mid_round) {
+    rec.Arm();
     RC_ASSERT(layout->Arm().ok());
-    driver.Forward(*layout, ForwardColumns::Dense(layout->rows(), 3), 55);
+    const ForwardColumns cols = ForwardColumns::Dense(layout->rows(), 3);
+    rec.Forward(cols, 55);
+    driver.Forward(*layout, cols, 55);
   }
+  rec.Fork("orig");
+  rec.Reload();
+  rec.ExpectEqual("orig");
   std::string bytes;
   RC_ASSERT(EncodeLayout(*layout, &bytes).ok());
   std::unique_ptr<Layout> loaded;
@@ -346,17 +577,23 @@ KVSPEC_RECORDED_PROP_P(LifecycleTargets, PersistenceRoundTripIsExact) {
   RC_ASSERT(loaded->StateHash() == layout->StateHash());
   if (mid_round) {
     std::vector<int32_t> keep{*rc::gen::inRange<int32_t>(0, 4)};
+    rec.Use("orig");
+    rec.Accept(keep);
+    rec.Use("main");
+    rec.Accept(keep);
+    rec.ExpectEqual("orig");
     RC_ASSERT(layout->Accept(keep).ok() == loaded->Accept(keep).ok());
     RC_ASSERT(loaded->StateHash() == layout->StateHash());
   }
-  SameNextForward(driver, *layout, *loaded, 21);
+  SameNextForward(driver, *layout, *loaded, 21, rec, "orig", "main");
 }
 
 KVSPEC_RECORDED_PROP_P(LifecycleTargets, DamagedBytesAreRefusedCleanly) {
   const auto layers = *GenLayers();
   Driver driver(layers);
   auto layout = Build(layers, *rc::gen::inRange(1, 3));
-  driver.History(*layout, *rc::gen::inRange(0, 5));
+  TraceRecord none(layout->rows(), layers, /*write=*/false);  // damaged bytes: no trace
+  driver.History(*layout, *rc::gen::inRange(0, 5), none);
   std::string bytes;
   RC_ASSERT(EncodeLayout(*layout, &bytes).ok());
   std::string damaged = bytes;

@@ -9,7 +9,10 @@
 //   its state hash, its encoding (core/codec), the masks of its last
 //   forward, and which layouts exist under which names;
 // - after every operation, that the current layout's invariants hold and
-//   its positions are the model's.
+//   its positions are the model's;
+// - for join, filter and extract, that each layer's byte figure
+//   (core/batch.h, what a budget checks first) is 0 when that layer's call
+//   refuses its arguments.
 // It runs once per Highway target (the test name carries the target). A
 // shrunk failure prints as the trace statements that reach it.
 #include <gtest/gtest.h>
@@ -26,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "core/batch.h"
 #include "core/codec/codec.h"
 #include "core/layout.h"
 #include "testing/generators.h"
@@ -317,6 +321,20 @@ struct UseCmd : Cmd {
   }
 };
 
+// core/batch.h: the bytes a lifecycle call on one cache allocates are
+// computed first (the runner holds them to its budget before the call) and
+// are 0 for arguments the call refuses: a budget must not refuse in the
+// call's place over a result that will never exist. `figure(l)` and
+// `call(l, &out)` are the figure and the call on layer l's cache.
+template <typename Figure, typename Call>
+void RefusedCallsCostNothing(const Layout& layout, const Figure& figure, const Call& call) {
+  for (size_t l = 0; l < layout.size(); ++l) {
+    const size_t bytes = figure(l);
+    std::unique_ptr<Cache> out;
+    if (!call(l, &out).ok()) RC_ASSERT(bytes == 0u);
+  }
+}
+
 struct JoinCmd : Cmd {
   std::string name;
   explicit JoinCmd(const Model&) { name = *rc::gen::elementOf(Names()); }
@@ -328,6 +346,11 @@ struct JoinCmd : Cmd {
     if (it == sut.layouts.end()) return Status::Error("join: no layout '" + name + "'");
     if (name == sut.current) return Status::Error("join: a layout cannot join itself");
     if (sut.Cur().rows() + it->second->rows() > 64) return Status::Error("join: over 64 rows");
+    const Layout& a = sut.Cur();
+    const Layout& b = *it->second;
+    RefusedCallsCostNothing(
+        a, [&](size_t l) { return MergeRowsBytes({&a.cache(l), &b.cache(l)}); },
+        [&](size_t l, std::unique_ptr<Cache>* out) { return JoinRows(a.cache(l), b.cache(l), out); });
     return sut.Cur().Join(*it->second);
   }
 };
@@ -350,7 +373,13 @@ struct FilterCmd : Cmd {
   trace::Statement Statement() const override {
     return testing::StatementOf(trace::FilterOp{rows});
   }
-  Status Execute(Sut& sut) const override { return sut.Cur().Filter(rows); }
+  Status Execute(Sut& sut) const override {
+    const Layout& a = sut.Cur();
+    RefusedCallsCostNothing(
+        a, [&](size_t l) { return FilterRowsBytes(a.cache(l), rows); },
+        [&](size_t l, std::unique_ptr<Cache>* out) { return FilterRows(a.cache(l), rows, out); });
+    return sut.Cur().Filter(rows);
+  }
 };
 
 struct ExtractCmd : Cmd {
@@ -366,6 +395,10 @@ struct ExtractCmd : Cmd {
   void Named(Model& m) const override { m.names.push_back(name); }
   Status Execute(Sut& sut) const override {
     if (sut.layouts.count(name)) return Status::Error("extract: '" + name + "' exists");
+    const Layout& a = sut.Cur();
+    RefusedCallsCostNothing(
+        a, [&](size_t l) { return ExtractRowBytes(a.cache(l), row); },
+        [&](size_t l, std::unique_ptr<Cache>* out) { return ExtractRow(a.cache(l), row, out); });
     std::unique_ptr<Layout> one;
     KVSPEC_RETURN_IF_ERROR(sut.Cur().Extract(row, &one));
     sut.layouts[name] = std::move(one);

@@ -1,5 +1,6 @@
 #include "trace/json.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -233,14 +234,20 @@ std::vector<std::string_view> SplitLines(std::string_view text) {
 
 // Whether the emitter may have dropped this original line (an expectation
 // it regenerates).
+// Words are separated by blanks and tabs, as the parser reads them
+// (`expect\tsees` is an `expect sees`).
 bool Regenerated(std::string_view line) {
   const size_t first = line.find_first_not_of(" \t");
   if (first == std::string_view::npos) return false;
   line.remove_prefix(first);
-  for (std::string_view prefix : {"expect sees", "expect positions", "expect out"}) {
-    if (line.substr(0, prefix.size()) == prefix) return true;
-  }
-  return false;
+  const size_t end = std::min(line.find_first_of(" \t"), line.size());
+  if (line.substr(0, end) != "expect") return false;
+  line.remove_prefix(end);
+  const size_t second = line.find_first_not_of(" \t");
+  if (second == std::string_view::npos) return false;
+  line.remove_prefix(second);
+  const std::string_view word = line.substr(0, std::min(line.find_first_of(" \t"), line.size()));
+  return word == "sees" || word == "positions" || word == "out";
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ struct InvariantsTestAccess {
   static std::vector<std::unique_ptr<Cache>>& Layers(Layout& l) { return l.layers_; }
   static std::vector<int32_t>& BypassBound(Layout& l) { return l.bypass_bound_; }
   static std::vector<int>& MaskOfLayer(Layout& l) { return l.mask_of_layer_; }
+  static std::vector<LayerConfig>& Configs(Layout& l) { return l.configs_; }
 };
 
 namespace {
@@ -207,6 +208,25 @@ TEST(Invariants, CorruptedLayoutsFail) {
   std::unique_ptr<Layout> bound = layout->Copy();
   Access::BypassBound(*bound) = {4};  // beyond the 3 tokens held
   ExpectBroken(bound->CheckInvariants(), "Layout invariant 6");
+
+  // A bound within the tokens held (3 + 1) but beyond the 1 token the last
+  // forward (a decode) wrote: no layer can drop it.
+  std::unique_ptr<Layout> last = layout->Copy();
+  ASSERT_TRUE(RunForward(*last, ForwardColumns::Dense(1, 1, /*decode=*/true)).ok());
+  ExpectValid(*last, "a decode");
+  Access::BypassBound(*last) = {2};
+  ExpectBroken(last->CheckInvariants(), "Layout invariant 7");
+
+  // No layers at all (and so no configs and no mask indexes either).
+  std::unique_ptr<Layout> none = layout->Copy();
+  Access::Layers(*none).clear();
+  Access::Configs(*none).clear();
+  Access::MaskOfLayer(*none).clear();
+  ExpectBroken(none->CheckInvariants(), "Layout invariant 1");
+
+  std::unique_ptr<Layout> extra = layout->Copy();
+  Access::MaskOfLayer(*extra).push_back(0);  // a mask index for a layer that is not there
+  ExpectBroken(extra->CheckInvariants(), "Layout invariant 5");
 
   Access::MaskOfLayer(*layout)[1] = 7;  // there is one mask per window
   ExpectBroken(layout->CheckInvariants(), "Layout invariant 5");
