@@ -570,6 +570,9 @@ def main(argv=None):
     parser.add_argument("--time-budget", type=float, metavar="SECONDS",
                         help="random mode with --keep-going: start no new segment of examples "
                         "after this many seconds (the summary says the run was stopped)")
+    parser.add_argument("--shrink-seconds", type=float, metavar="SECONDS",
+                        help="random mode with --keep-going: stop shrinking a failure after "
+                        "this many seconds and keep the smallest program found so far")
     args = parser.parse_args(argv)
     if args.random is not None:
         from . import hypothesis as hyp
@@ -580,7 +583,8 @@ def main(argv=None):
         failed = hyp.run_random(args.adapter, args.random, args.seed, args.max_steps,
                                 failure_dir=args.out, lenient=args.lenient_refusals,
                                 kinds=kinds, keep_going=args.keep_going,
-                                progress=args.progress, time_budget=args.time_budget)
+                                progress=args.progress, time_budget=args.time_budget,
+                                shrink_seconds=args.shrink_seconds)
         return 1 if failed else 0
     if not args.files:
         parser.error("no trace files given")

@@ -111,10 +111,17 @@ def test_signature_is_stable():
     assert sig({"op": "trim"}, "x") != sig({"op": "accept"}, "x")
 
 
-def test_known_classes():
-    l2 = "trace 1\nrows 1\nlayer l0 rotating window=1 capacity=1\ndecode\nreload\n"
+def test_known_classes(monkeypatch):
+    l2 = "trace 1\nrows 1\nlayer l0 rotating window=1 capacity=1\ndecode\nextract 0 as b\n"
+    monkeypatch.setenv("KVSPEC_LLAMA_SETTINGS", "seq_cp=1")
     assert khyp.classify(l2, "differs from the reference: positions expected [1] got [0]") \
         .startswith("L2")
+    monkeypatch.setenv("KVSPEC_LLAMA_SETTINGS", "")
+    assert khyp.classify(l2, "differs from the reference: positions expected [1] got [0]") \
+        .startswith("L1")
+    undo = "trace 1\nrows 1\nlayer l0 kv window=1\narm\nwindow 2\nexpect error arm\naccept 1\n"
+    assert khyp.classify(undo, "differs from the reference: positions expected [1] got [0]") \
+        .startswith("L1")
     l1 = "trace 1\nrows 1\nlayer l0 rotating window=2 capacity=3\ndecode\nfork b\ntrim 1\n"
     assert khyp.classify(l1, "differs from the reference: positions expected [1] got [0]") \
         .startswith("L1")
@@ -151,3 +158,17 @@ def test_time_budget_stops_between_segments(tmp_path):
     assert khyp.CHUNK <= examples < 1000, head  # one segment, then the budget
     assert "stopped by the time budget of 1e-09 s before 1000 examples" in head
     assert lines[-1] == "%d passed, 0 failed, 0 not applicable" % examples
+
+
+def test_shrink_time_limit(tmp_path):
+    # with a limit of ~0 s the first failing program is kept nearly as found
+    out = io.StringIO()
+    failed = khyp.run_random(Faulty, 40, seed=7, max_steps=8, out=out,
+                             failure_dir=str(tmp_path), kinds=("kv-full",), keep_going=True,
+                             progress=0, shrink_seconds=1e-9)
+    assert failed > 0
+    traces = [open(os.path.join(tmp_path, n)).read() for n in os.listdir(tmp_path)]
+    assert traces and all("# shrinking stopped after 1e-09 s" in t for t in traces)
+    # each still reproduces with the runner
+    for n in os.listdir(tmp_path):
+        assert conform.run(Faulty, [str(tmp_path / n)], out=io.StringIO())[0].status == "fail"
