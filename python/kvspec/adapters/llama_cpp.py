@@ -29,7 +29,8 @@ probe only; exact_states=0; seq_cp=0: with seq_cp=1 every layout lives in
 one 128-sequence context per attention probe model and fork / filter / join
 / extract / the equality probes use llama_memory_seq_cp instead of state
 copies; recurrent contexts keep state copies, whose bytes hold
-context-dependent cell metadata).
+context-dependent cell metadata; pool=1: freed contexts are reused after
+llama_memory_clear, pool=0 creates each afresh).
 
 Recurrent (ssm) layers use a second probe, a qwen35 gated DeltaNet hybrid
 with small seeded random weights (write_recurrent_model): there the token
