@@ -6,9 +6,12 @@
 // Build against the release's headers and prebuilt libraries:
 //   cc -o repro llama.cpp-recurrent-rollback.c -I$SRC/include -I$SRC/ggml/include
 //      -L$BINS -l:libllama.v0.4.0.so -l:libggml.v0.4.0.so -l:libggml-base.so -Wl,-rpath,$BINS
-//   ./repro $BINS MODEL.gguf [KEEP]
+//   ./repro $BINS MODEL.gguf [KEEP [restore]]
 // MODEL: a qwen35 (gated DeltaNet hybrid) GGUF; the kvspec probe model works
 // (see the .md). KEEP: verify tokens kept (default 0: roll back all three).
+// restore: the sequence is first copied into a new context with
+// llama_state_seq_get_data / llama_state_seq_set_data and rolled back there
+// (the third trigger of the .md).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,8 +41,12 @@ static struct llama_context *context(struct llama_model *model) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) { fprintf(stderr, "usage: %s LIBDIR MODEL.gguf [KEEP]\n", argv[0]); return 2; }
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s LIBDIR MODEL.gguf [KEEP [restore]]\n", argv[0]);
+        return 2;
+    }
     const int keep = argc > 3 ? atoi(argv[3]) : 0;
+    const int restore = argc > 4 && argv[4][0] == 'r';
     llama_log_set(quiet, NULL);
     ggml_backend_load_all_from_path(argv[1]);
     llama_backend_init();
@@ -54,6 +61,20 @@ int main(int argc, char **argv) {
     decode(b, prompt, 5, 0);
     decode(a, verify, 3, 5);                       // a: a verify batch, positions 5..7
     if (keep > 0) decode(b, verify, keep, 5);      // b: only the tokens a keeps
+    if (restore) {                                 // a's sequence into a new context
+        struct llama_context *c = context(model);
+        size_t n = llama_state_seq_get_size(a, 0);
+        unsigned char *buf = malloc(n);
+        if (!c || !buf || llama_state_seq_get_data(a, buf, n, 0) != n ||
+            llama_state_seq_set_data(c, buf, n, 0) == 0) {
+            fprintf(stderr, "state copy failed\n");
+            return 2;
+        }
+        free(buf);
+        llama_free(a);
+        a = c;
+        printf("restored into a new context: ");
+    }
     const bool ok = llama_memory_seq_rm(llama_get_memory(a), 0, 5 + keep, -1);
     printf("llama_memory_seq_rm(a, 0, %d, -1) = %s, pos_max %d (b: %d)\n", 5 + keep,
            ok ? "true" : "false", llama_memory_seq_pos_max(llama_get_memory(a), 0),

@@ -558,11 +558,33 @@ def main(argv=None):
     parser.add_argument("--kinds", default="kv,rotating",
                         help="random mode: the layer kinds drawn, from kv, rotating, ssm and "
                         "kv-full (a kv layer without a window)")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="random mode: a failure does not end the run; it is shrunk, "
+                        "stored in --out and classified, later failures of the same class "
+                        "are counted; the summary gives failures per class")
+    parser.add_argument("--out", metavar="DIR",
+                        help="random mode: where shrunk failing traces are written (default: "
+                        "the working directory; with --keep-going ./kvspec-random-SEED)")
+    parser.add_argument("--progress", type=float, default=60, metavar="SECONDS",
+                        help="random mode: a progress line at least this often (0: none)")
+    parser.add_argument("--time-budget", type=float, metavar="SECONDS",
+                        help="random mode with --keep-going: start no new segment of examples "
+                        "after this many seconds (the summary says the run was stopped)")
+    parser.add_argument("--shrink-seconds", type=float, metavar="SECONDS",
+                        help="random mode with --keep-going: stop shrinking a failure after "
+                        "this many seconds and keep the smallest program found so far")
     args = parser.parse_args(argv)
     if args.random is not None:
         from . import hypothesis as hyp
+        kinds = args.kinds.split(",")
+        bad = [k for k in kinds if k not in ("kv", "rotating", "ssm", "kv-full")]
+        if bad:
+            parser.error("--kinds: unknown kind %s" % ", ".join(bad))
         failed = hyp.run_random(args.adapter, args.random, args.seed, args.max_steps,
-                                lenient=args.lenient_refusals, kinds=args.kinds.split(","))
+                                failure_dir=args.out, lenient=args.lenient_refusals,
+                                kinds=kinds, keep_going=args.keep_going,
+                                progress=args.progress, time_budget=args.time_budget,
+                                shrink_seconds=args.shrink_seconds)
         return 1 if failed else 0
     if not args.files:
         parser.error("no trace files given")

@@ -25,6 +25,7 @@ From pytest::
 """
 
 import os
+import re
 import sys
 import time
 
@@ -68,13 +69,18 @@ def headers(draw, kinds=("kv", "rotating")):
     return rows, layers
 
 
+class _NoLayout:
+    def positions(self):
+        return [0]
+
+
 class Recorder:
     """The statements of the example being run, as a trace."""
 
     last_failure = None  # (trace text, message) of the last failing run
 
 
-def machine(adapter, kinds=("kv", "rotating"), lenient=False):
+def machine(adapter, kinds=("kv", "rotating"), lenient=False, keep_going=False):
     """A RuleBasedStateMachine class driving ``adapter`` (MODULE[:CLASS], a
     class or an instance factory) against kvspec's core."""
     from .adapters.reference import Adapter as Reference
@@ -84,6 +90,18 @@ def machine(adapter, kinds=("kv", "rotating"), lenient=False):
         passed = 0            # runs that ended without a failure, before the first one
         not_applicable = 0
         found = False         # a failure was seen: later runs are shrinking
+        target = None         # keep_going: the signature being shrunk
+        failures = {}         # keep_going: signature -> failed examples
+        examples_before = 0   # keep_going: examples of earlier segments
+        passed_before = 0
+        progress = 0          # seconds between progress lines (0: none)
+        max_classes = 40      # keep_going: classes shrunk at most
+        shrink_limit = 0      # keep_going: seconds of shrinking per class (0: no limit)
+        shrink_start = 0.0
+        shrink_cut = False    # the last shrink was stopped by shrink_limit
+        last_tick = 0.0
+        start = 0.0
+        out = sys.stdout
 
         def __init__(self):
             super().__init__()
@@ -91,8 +109,21 @@ def machine(adapter, kinds=("kv", "rotating"), lenient=False):
             self.statements = []
             self.header = None
             self.failed = False
+            self.dead = False  # keep_going: a counted failure, the rest does nothing
             if not Machine.found:
                 Machine.examples += 1
+            Machine.tick()
+
+        @classmethod
+        def tick(cls):
+            """A progress line at least every ``progress`` seconds."""
+            now = time.time()
+            if cls.progress and now - cls.last_tick >= cls.progress:
+                cls.last_tick = now
+                print("# progress: %d examples, %d passed, %d failed (%d classes), %.0f s%s" % (
+                    cls.examples_before + cls.examples, cls.passed_before + cls.passed,
+                    sum(cls.failures.values()), len(cls.failures), now - cls.start,
+                    ", shrinking" if cls.found else ""), file=cls.out, flush=True)
 
         # -- bookkeeping ------------------------------------------------------
         def program(self):
@@ -104,9 +135,14 @@ def machine(adapter, kinds=("kv", "rotating"), lenient=False):
         def line(self):
             return 3 + len(self.header[1]) + len(self.statements)
 
+        def p_line(self):
+            return 2 + len(self.header[1])
+
         def step(self, d):
             """Runs one statement; a refusal of both sides is recorded as
             `expect error` and checked to change nothing."""
+            if self.dead:
+                return
             d["line"] = self.line()
             stmt = Statement(d)
             try:
@@ -129,31 +165,74 @@ def machine(adapter, kinds=("kv", "rotating"), lenient=False):
                         if diff:
                             raise conform.Failure(stmt.line, "expected the layout unchanged "
                                                   "after the refusal (%s) got %s" % (refusal, diff))
-                except conform.Failure as e:
-                    if e.reference_refused:
-                        d = {"op": "expect error", "line": d["line"], "inner": dict(d)}
-                    if not self.statements or self.statements[-1]["line"] != d["line"]:
-                        self.statements.append(d)
-                    text = self.program().text()
-                    Recorder.last_failure = (text, "line %d: %s" % (e.line, e.message))
-                    self.failed = Machine.found = True
-                    raise AssertionError("line %d: %s\n%s" % (e.line, e.message, text))
+                except (conform.Failure, NotApplicable):
+                    raise
+                except Exception as e:
+                    if not keep_going:
+                        raise
+                    # an adapter error is a failure of the example too
+                    raise conform.Failure(stmt.line, "%s: %s" % (type(e).__name__, e))
+            except conform.Failure as e:
+                if e.reference_refused:
+                    d = {"op": "expect error", "line": d["line"], "inner": dict(d)}
+                if not self.statements or self.statements[-1]["line"] != d["line"]:
+                    self.statements.append(d)
+                self.fail(self.statements[-1], e.line, e.message)
             except NotApplicable:
                 if not Machine.found:
                     Machine.not_applicable += 1
                 assume(False)
 
+        def fail(self, d, line, message):
+            """A failed example. Without keep_going, or for a failure of a
+            new class, it is raised for Hypothesis to shrink; with keep_going
+            a failure of a class already shrunk (or, while shrinking, of
+            another class than the one being shrunk) ends the example: it is
+            counted and the remaining steps do nothing."""
+            text = self.program().text()
+            sig = signature(d, message)
+            self.failed = True
+            if keep_going:
+                if Machine.found and sig != Machine.target:
+                    self.dead = True  # shrinking keeps the class it started with
+                    return
+                if not Machine.found and (sig in Machine.failures or
+                                          len(Machine.failures) >= Machine.max_classes):
+                    # a known class, or too many classes to shrink them all
+                    Machine.failures[sig] = Machine.failures.get(sig, 0) + 1
+                    self.dead = True
+                    return
+                if not Machine.found:
+                    Machine.target = sig
+                    Machine.failures[sig] = Machine.failures.get(sig, 0) + 1
+            Recorder.last_failure = (text, "line %d: %s" % (line, message))
+            if not Machine.found:
+                Machine.shrink_start = time.time()
+            Machine.found = True
+            raise AssertionError("line %d: %s\n%s" % (line, message, text))
+
         def rows(self):
+            if self.run is None:  # an example cut by the shrink time limit
+                return 1
             return len(self.run.sides[1].call("positions", self.run.sides[1].handles[
                 self.run.current]))
 
         def layout(self):
+            if self.run is None:
+                return _NoLayout()
             return self.run.sides[1].handles[self.run.current].layout
 
         # -- rules --------------------------------------------------------------
         @initialize(header=headers(kinds))
         def setup(self, header):
             self.header = header
+            if Machine.found and Machine.shrink_limit and \
+                    time.time() - Machine.shrink_start > Machine.shrink_limit:
+                # keep_going: shrinking ran out of time; the remaining
+                # attempts do nothing (Hypothesis then ends the shrink)
+                Machine.shrink_cut = True
+                self.dead = self.failed = True
+                return
             try:
                 self.run = conform._Run(self.program(), conform.load_adapter(adapter),
                                         Reference(), lenient)
@@ -163,9 +242,11 @@ def machine(adapter, kinds=("kv", "rotating"), lenient=False):
                     Machine.not_applicable += 1
                 assume(False)
             except conform.Failure as e:
-                Recorder.last_failure = (self.program().text(), e.message)
-                self.failed = Machine.found = True
-                raise AssertionError(e.message)
+                self.fail({"op": "header"}, e.line, e.message)
+            except Exception as e:
+                if not keep_going:
+                    raise
+                self.fail({"op": "header"}, self.p_line(), "%s: %s" % (type(e).__name__, e))
 
         @rule(data=st.data())
         def window(self, data):
@@ -239,14 +320,22 @@ def machine(adapter, kinds=("kv", "rotating"), lenient=False):
         def reload(self):
             self.step({"op": "reload"})
 
-        @precondition(lambda self: self.run is not None and len(self.run.engine.handles) > 1)
+        @precondition(lambda self: self.run is not None and len(self.run.engine.handles) > 1
+                      and not self.dead)
         @rule(data=st.data())
         def expect_equal(self, data):
             # Compared on both sides: the adapter must agree with the core
             # about equality, whichever it is.
             name = data.draw(st.sampled_from(sorted(self.run.engine.handles)))
-            verdicts = [s.call("difference", s.handles[self.run.current], s.handles[name])
-                        for s in self.run.sides]
+            try:
+                verdicts = [s.call("difference", s.handles[self.run.current], s.handles[name])
+                            for s in self.run.sides]
+            except NotApplicable:
+                raise
+            except Exception:
+                if not keep_going:
+                    raise
+                verdicts = [None, "an adapter error"]  # step() reports it as a failure
             if bool(verdicts[0]) != bool(verdicts[1]):
                 self.step({"op": "expect equal", "name": name})  # fails with the details
 
@@ -260,13 +349,105 @@ def machine(adapter, kinds=("kv", "rotating"), lenient=False):
     return Machine
 
 
+def _strip_parens(text):
+    """text without its parenthesized parts (innermost first)."""
+    while True:
+        t = re.sub(r"\s*\([^()]*\)", "", text)
+        if t == text:
+            return t
+        text = t
+
+
+def signature(statement, message):
+    """The stable class of a failure: the failing statement's kind (``expect
+    error`` with its inner statement) and the message with every number,
+    list, layout name and parenthesized detail taken out, e.g. ``trim |
+    differs from the reference: positions expected N got N``."""
+    op = statement.get("op", "?")
+    if op == "expect error":
+        op = "expect error " + statement.get("inner", {}).get("op", "?")
+    m = _strip_parens(message)
+    m = re.sub(r"\[[^\]]*\]", "N", m)                   # lists: [1, 2], ['a']
+    m = re.sub(r"\b(equal|named) '?\w+'?", r"\1 NAME", m)  # layout names
+    m = re.sub(r"\b([lrp])\d+\b", r"\1N", m)              # layers, rows, positions
+    m = re.sub(r"[-\d][-\d:,./e]*", "N", m)                # numbers, items 3:104, 5,5
+    m = re.sub(r"N(\s+N)+", "N", m)                       # runs of items
+    m = re.sub(r"\s+", " ", m).strip()
+    return "%s | %s" % (op, m)
+
+
+# Known failure classes of the llama.cpp adapter (docs/engines/llama.cpp.md),
+# matched on the shrunk trace: (class, test(trace text, message)). A match is
+# a hint for the report, not a proof: every new shrunk trace is checked by
+# hand.
+def _has(text, *words):
+    return any(re.search(r"(^|\n)\s*(expect error )?%s\b" % w, text) for w in words)
+
+
+def _windowed(text):
+    return re.search(r"rotating|window=[1-9]", text) is not None
+
+
+def _settings():
+    return os.environ.get("KVSPEC_LLAMA_SETTINGS", "")
+
+
+KNOWN = [
+    # a state copy: fork / extract / filter / join / reload, or the lenient
+    # undo of a missing refusal (an `expect error` the engine accepted)
+    ("L1 SWA state copy is lossy", lambda t, m: _windowed(t) and "seq_cp=1" not in _settings()
+        and _has(t, "fork", "extract", "filter", "join", "reload", "expect error") and (
+        "sees" in m or "positions expected" in m or "probe decode" in m)),
+    ("L2 window 1: a masked last cell is taken", lambda t, m: "seq_cp=1" in _settings() and
+        re.search(r"window=1\b", t) is not None and "positions expected" in m),
+    ("L1 SWA state copy is lossy (reload)", lambda t, m: _windowed(t) and _has(t, "reload") and (
+        "sees" in m or "positions expected" in m or "probe decode" in m)),
+    ("B2 recurrent rollback restored wrongly", lambda t, m: " ssm" in t and _has(
+        t, "accept", "trim") and "llama_state_seq_get_data differs" in m),
+    ("D6 rollback bounded by n_rs_seq", lambda t, m: " ssm" in t and
+        "to be accepted got refused" in m and "n_rs_seq" in m),
+    ("D8 state not portable between contexts (kv_unified=0)", lambda t, m:
+        "n_stream" in m or "set_data refused" in m or "llama_state_seq_set_data refused" in m),
+]
+
+
+def classify(text, message, known=None):
+    """The known class a shrunk failure matches (see KNOWN), or "new"."""
+    for name, test in (KNOWN if known is None else known):
+        if test(text, message):
+            return name
+    return "new"
+
+
+def _slug(sig):
+    s = re.sub(r"[^a-z0-9]+", "-", sig.lower()).strip("-")
+    return s[:60].strip("-") or "failure"
+
+
 def run_random(adapter, examples, seed=0, max_steps=20, out=None, database=None,
-               failure_dir=None, lenient=False, kinds=("kv", "rotating")):
+               failure_dir=None, lenient=False, kinds=("kv", "rotating"), keep_going=False,
+               progress=60, known=None, time_budget=None, shrink_seconds=None):
     """Runs ``examples`` random programs of at most ``max_steps`` statements.
     Prints progress, the shrunk failing trace (also written to a file) and
-    the closing line; returns the number of failures (0 or 1)."""
+    the closing line; returns the number of failures (0 or 1).
+
+    keep_going: a failure does not end the run. Its example is shrunk (to a
+    program failing with the same :func:`signature`), the shrunk trace is
+    written to ``failure_dir`` (created) and classified (:func:`classify`),
+    and the run goes on with a new Hypothesis seed for the examples left;
+    later failures of a class already shrunk are counted, not shrunk. The
+    examples run in segments of CHUNK; time_budget (seconds, keep_going
+    only) ends the run after the segment that exceeds it, and the summary
+    says so; shrink_seconds bounds the shrinking of each class (the
+    stored trace then says shrinking was stopped). The summary gives the examples run, passed and failed per
+    class, and where each shrunk trace is; returns the number of failed
+    examples."""
+    if keep_going:
+        return _run_keep_going(adapter, examples, seed, max_steps, out, failure_dir, lenient,
+                               kinds, progress, known, time_budget, shrink_seconds)
     out = out or sys.stdout
     M = machine(adapter, kinds=tuple(kinds), lenient=lenient)
+    M.out, M.progress, M.start, M.last_tick = out, progress, time.time(), time.time()
     Recorder.last_failure = None
     db_path = database or os.path.join(os.getcwd(), ".hypothesis", "examples")
     failure_dir = failure_dir or os.getcwd()
@@ -297,3 +478,75 @@ def run_random(adapter, examples, seed=0, max_steps=20, out=None, database=None,
     print("%d passed, %d failed, %d not applicable" % (passed, failed, M.not_applicable),
           file=out)
     return failed
+
+
+CHUNK = 100  # keep_going: examples per Hypothesis run
+
+
+def _run_keep_going(adapter, examples, seed, max_steps, out, failure_dir, lenient, kinds,
+                    progress, known, time_budget, shrink_seconds):
+    from hypothesis import Phase
+    from hypothesis import seed as hseed
+    out = out or sys.stdout
+    failure_dir = failure_dir or os.path.join(os.getcwd(), "kvspec-random-%d" % seed)
+    os.makedirs(failure_dir, exist_ok=True)
+    M = machine(adapter, kinds=tuple(kinds), lenient=lenient, keep_going=True)
+    M.out, M.progress, M.start, M.last_tick = out, progress, time.time(), time.time()
+    M.shrink_limit = shrink_seconds or 0
+    shrunk = []  # (signature, class, path, message)
+    segment = 0
+    stopped = False
+    while M.examples_before < examples:
+        if segment and time_budget and time.time() - M.start >= time_budget:
+            stopped = True
+            break
+        M.examples = M.passed = 0
+        M.found, M.target, M.shrink_cut = False, None, False
+        Recorder.last_failure = None
+        # segments of at most CHUNK examples, each with a seed of its own, so
+        # that a time budget is checked between them
+        left = min(examples - M.examples_before, CHUNK)
+        test = hseed(seed * 1000 + segment)(lambda: run_state_machine_as_test(M, settings=settings(
+            max_examples=left, stateful_step_count=max_steps, deadline=None, database=None,
+            derandomize=False, suppress_health_check=list(HealthCheck), print_blob=False,
+            phases=[Phase.generate, Phase.shrink])))
+        failed = False
+        try:
+            test()
+        except Exception:  # AssertionError, or Hypothesis's Flaky on a non-repeatable one
+            if Recorder.last_failure is None:
+                raise
+            failed = True
+        M.examples_before += M.examples
+        M.passed_before += M.passed
+        segment += 1
+        if not failed:
+            # Hypothesis ran ``left`` valid examples, or found no more to run
+            if M.examples == 0:
+                break
+            continue
+        text, message = Recorder.last_failure
+        cls = classify(text, message, known)
+        path = os.path.join(failure_dir, "%03d-%s.trace" % (len(shrunk) + 1, _slug(M.target)))
+        with open(path, "w") as f:
+            f.write(text)
+            f.write("# found by kvspec.hypothesis --keep-going (seed %d, segment %d): %s\n"
+                    "# signature: %s\n# class: %s\n" % (seed, segment - 1, message, M.target,
+                                                         cls))
+            if M.shrink_cut:
+                f.write("# shrinking stopped after %g s (--shrink-seconds)\n" % M.shrink_limit)
+        shrunk.append((M.target, cls, path, message))
+        print("fail %s: %s [%s]" % (path, message, cls), file=out, flush=True)
+        print(text, end="", file=out, flush=True)
+    elapsed = time.time() - M.start
+    nfail = sum(M.failures.values())
+    print("# %d examples in %.1f s (seed %d, at most %d steps, keep going%s)" % (
+        M.examples_before, elapsed, seed, max_steps,
+        ", stopped by the time budget of %g s before %d examples" % (time_budget, examples)
+        if stopped else ""), file=out)
+    for sig, cls, path, message in shrunk:
+        print("# class %s: %d examples failed; shrunk: %s; %s" % (
+            sig, M.failures.get(sig, 0), path, cls), file=out)
+    print("%d passed, %d failed, %d not applicable" % (M.passed_before, nfail,
+                                                        M.not_applicable), file=out, flush=True)
+    return nfail

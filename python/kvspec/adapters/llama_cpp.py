@@ -29,7 +29,8 @@ probe only; exact_states=0; seq_cp=0: with seq_cp=1 every layout lives in
 one 128-sequence context per attention probe model and fork / filter / join
 / extract / the equality probes use llama_memory_seq_cp instead of state
 copies; recurrent contexts keep state copies, whose bytes hold
-context-dependent cell metadata).
+context-dependent cell metadata; pool=1: freed contexts are reused after
+llama_memory_clear, pool=0 creates each afresh).
 
 Recurrent (ssm) layers use a second probe, a qwen35 gated DeltaNet hybrid
 with small seeded random weights (write_recurrent_model): there the token
@@ -59,7 +60,8 @@ CELLS_PER_SEQ = 256     # context cells per sequence (positions per row)
 PROBE = 0               # the label of probe decodes (never stored for good)
 RECURRENT_VOCAB = 1024  # the recurrent probe's vocabulary (trace ids mod this)
 DEFAULTS = {"swa_full": 1, "kv_unified": 1, "n_seq_max": 4, "n_ubatch": 64, "n_rs_seq": 8,
-            "verbose": 0, "exact_states": 0, "seq_cp": 0}
+            "verbose": 0, "exact_states": 0, "seq_cp": 0, "pool": 1}
+POOL_PER_SHAPE = 8      # freed contexts kept for reuse per (model, n_seq, settings)
 ARENA_SEQS = 128        # sequences of the shared context with seq_cp=1
 ARENA_CELLS = 4096      # its cells (copies share cells)
 STATE_TOLERANCE = 1e-4  # relative, as the runner's OUT_TOLERANCE
@@ -397,7 +399,8 @@ class _Arena:
 class _Part:
     """One llama.cpp context (of one probe model) whose sequence r is row r."""
 
-    live = 0  # contexts not yet freed
+    live = 0   # contexts not yet freed
+    pool = {}  # (model, n_seq, settings) -> freed contexts kept for reuse
 
     def __init__(self, m, rows):
         # Contexts are freed with their handle; handles in reference cycles
@@ -408,6 +411,9 @@ class _Part:
         self.m = m
         lib = m.engine.lib
         s = m.settings
+        # recurrent: rows whose partial rollback (seq_rm) is pending, i.e. not
+        # yet consumed by a decode of the row (see rm_refusal)
+        self.pending = set()
         if s["seq_cp"] and not m.recurrent:  # recurrent contexts keep state copies
             if m.arena is None:
                 # one arena per probe model and process, shared by trace runs
@@ -425,22 +431,57 @@ class _Part:
         self.n_seq = max(rows, s["n_seq_max"])
         if self.n_seq > 64:
             raise NotApplicable("more than 64 sequences")
-        self.ctx = lib.kvl_context(m.model, CELLS_PER_SEQ * self.n_seq, self.n_seq,
-                                   max(256, s["n_ubatch"]), s["n_ubatch"], s["swa_full"],
-                                   s["kv_unified"], s["n_rs_seq"])
-        if not self.ctx:
-            raise RuntimeError("llama_init_from_model failed")
+        # A context freed by an earlier layout of the same shape is reused,
+        # emptied with llama_memory_clear(mem, true) (cells, positions,
+        # rollback indices and the buffers' data): creating a context
+        # (buffers, graph reservation) was a third of a random run's time.
+        # pool=0 in the settings creates every context afresh.
+        key = (m.model, self.n_seq, tuple(sorted(s.items())))
+        free = _Part.pool.get(key)
+        if s["pool"] and free:
+            self.ctx = free.pop()
+            lib.kvl_clear(self.ctx)
+        else:
+            self.ctx = lib.kvl_context(m.model, CELLS_PER_SEQ * self.n_seq, self.n_seq,
+                                       max(256, s["n_ubatch"]), s["n_ubatch"], s["swa_full"],
+                                       s["kv_unified"], s["n_rs_seq"])
+            if not self.ctx:
+                raise RuntimeError("llama_init_from_model failed")
         _Part.live += 1
-        self._fin = weakref.finalize(self, _Part._free, lib, self.ctx)
+        self._fin = weakref.finalize(self, _Part._free, lib, self.ctx,
+                                     key if s["pool"] else None)
 
     @staticmethod
-    def _free(lib, ctx):
+    def _free(lib, ctx, key):
         _Part.live -= 1
-        lib.kvl_free(ctx)
+        free = _Part.pool.setdefault(key, []) if key is not None else None
+        if free is not None and len(free) < POOL_PER_SHAPE:
+            free.append(ctx)
+        else:
+            lib.kvl_free(ctx)
 
     def positions(self, rows):
         lib = self.m.engine.lib
         return [lib.kvl_seq_pos_max(self.ctx, self.seqs[r]) + 1 for r in range(rows)]
+
+    def rm_refusal(self, r, p0):
+        """Why a recurrent context's llama_memory_seq_rm(seq r, p0, -1) would
+        return false, or None: llama_memory_recurrent::seq_rm (v0.4.0)
+        refuses a partial removal (0 < p0 <= the sequence's last position)
+        unless it rolls back 1..n_rs_seq tokens and no earlier rollback of
+        the sequence is still pending (a rollback is consumed by the next
+        decode of the sequence; a state restore or a full removal drops
+        it). p0 <= 0 (a full removal) and p0 past the end are accepted."""
+        last = self.m.engine.lib.kvl_seq_pos_max(self.ctx, self.seqs[r])
+        if not 0 < p0 <= last:
+            return None
+        if r in self.pending:
+            return "a rollback is pending since the last decode"
+        rollback = last - p0 + 1
+        if rollback > self.m.settings["n_rs_seq"]:
+            return "a rollback of %d tokens, n_rs_seq is %d" % (rollback,
+                                                                 self.m.settings["n_rs_seq"])
+        return None
 
     def state(self, r):
         lib = self.m.engine.lib
@@ -452,6 +493,7 @@ class _Part:
         return buf.raw
 
     def set_state(self, r, data):
+        self.pending.discard(r)  # state_read resets the sequence's rollback index
         got = self.m.engine.lib.kvl_state_set(self.ctx, data, len(data), self.seqs[r])
         if got == 0:
             raise RuntimeError("llama_state_seq_set_data refused %d bytes for seq %d" % (len(data), r))
@@ -588,20 +630,41 @@ class Adapter(Base):
             rc, out = self._decode(part, tokens, pos, seq)
             if rc != 0:
                 raise Refused("llama_decode returned %d" % rc)
+            if m.recurrent:
+                # the decode consumed the rows' pending rollbacks
+                part.pending.difference_update(r for r in range(h.rows) if positions[r])
             for i, (r, p) in enumerate(keys):
                 for li, block in m.blocks.items():
                     seen[(li, r, p)] = self._seen(m, out[i], block, tokens[i])
         return ForwardResult(seen)
 
     def _rm(self, h, starts):
-        """llama_memory_seq_rm(seq r, starts[r], -1) in every context,
-        recurrent ones first (they are the ones that refuse)."""
-        for part in sorted(h.parts, key=lambda p: not p.m.recurrent):
+        """llama_memory_seq_rm(seq r, starts[r], -1) in every context, as one
+        atomic operation over the rows (adapter limit A1, fixed): every row
+        of every recurrent context is checked first with llama.cpp's own rule
+        (:meth:`_Part.rm_refusal`), and only when none would refuse is any
+        sequence removed from. Attention caches never refuse (p0 < 0 is
+        clamped to 0: D4). A refusal after a removal would mean the check
+        missed a rule: that is an adapter error, never a partial trim."""
+        parts = sorted(h.parts, key=lambda p: not p.m.recurrent)
+        for part in parts:
+            if part.m.recurrent:
+                for r, p0 in enumerate(starts):
+                    why = part.rm_refusal(r, p0)
+                    if why:
+                        raise Refused("llama_memory_seq_rm(seq %d, %d, -1) would return false "
+                                      "(recurrent: %s); no row removed from" % (r, p0, why))
+        for part in parts:
             lib = part.m.engine.lib
             for r, p0 in enumerate(starts):
+                before = lib.kvl_seq_pos_max(part.ctx, part.seqs[r]) + 1
                 if not lib.kvl_seq_rm(part.ctx, part.seqs[r], p0, -1):
-                    raise Refused("llama_memory_seq_rm(seq %d, %d, -1) returned false%s" % (
-                        r, p0, " (recurrent)" if part.m.recurrent else ""))
+                    raise RuntimeError("llama_memory_seq_rm(seq %d, %d, -1) returned false after "
+                                       "the adapter's check accepted it" % (r, p0))
+                if part.m.recurrent and 0 < p0 < before:
+                    part.pending.add(r)   # a partial rollback, pending until a decode
+                elif part.m.recurrent and p0 <= 0:
+                    part.pending.discard(r)
 
     def trim(self, h, n, bypass):
         self._rm(h, [p - n for p in h.positions()])
