@@ -85,6 +85,7 @@ namespace {
 using bench::FmaRecords;
 using bench::ProcessSeconds;
 using bench::Record;
+using bench::Values;
 
 // The head shape of every attention benchmark: 8 KV heads, 4 query heads
 // each (a GQA layer of a 7-8B model at head dim 128).
@@ -110,24 +111,6 @@ constexpr int kDefaultDim = 128;
 enum class DType { kF32 = 0, kBF16 = 1 };
 const char* DTypeName(DType t) { return t == DType::kF32 ? "f32" : "bf16"; }
 size_t DTypeBytes(DType t) { return t == DType::kF32 ? 4 : 2; }
-
-// Deterministic values in [-1, 1): xorshift64, no <random> state to seed.
-class Values {
- public:
-  explicit Values(uint64_t seed) : state_(seed | 1) {}
-  float Next() {
-    state_ ^= state_ << 13;
-    state_ ^= state_ >> 7;
-    state_ ^= state_ << 17;
-    return static_cast<float>(state_ >> 40) * (2.0f / 16777216.0f) - 1.0f;
-  }
-  void Fill(std::vector<float>* v) {
-    for (float& x : *v) x = Next();
-  }
-
- private:
-  uint64_t state_;
-};
 
 // How the cache of a case stores its tokens.
 enum class Storage { kPlain = 0, kRingFull = 1, kRingWrapped = 2 };
@@ -375,45 +358,58 @@ void ReportReads(benchmark::State& state, double bytes, double pairs, double sec
 
 // Attend over the caches of one shape: ColdCount of them in turn (cold) or
 // the first one only (hot).
+// What an Attend benchmark of one shape runs over: the caches it rotates
+// through, the queries and outputs ([rows][columns][q_heads][dim]) and the
+// work of one call.
+struct AttentionRun {
+  AttentionRun(const Shape& shape, bool cold)
+      : rotate(cold ? ColdCount(shape) : 1), cases(Cases(shape, rotate)) {
+    const size_t q_elements =
+        static_cast<size_t>(kRows) * shape.columns * kQueryHeads * static_cast<size_t>(shape.dim);
+    q.resize(q_elements);
+    out.resize(q_elements);
+    Values values(0x71756572790ull + static_cast<uint64_t>(shape.columns));
+    values.Fill(&q);
+    CountWork(*cases[0], shape, &bytes, &pairs);
+  }
+  // The case of the next call: each in turn.
+  const AttentionCase& Next() {
+    const AttentionCase& c = *cases[next];
+    next = next + 1 == rotate ? 0 : next + 1;
+    return c;
+  }
+  const size_t rotate;
+  const std::vector<std::unique_ptr<AttentionCase>>& cases;
+  std::vector<float> q, out;
+  double bytes = 0, pairs = 0;
+  size_t next = 0;
+};
+
 void RunAttention(benchmark::State& state, int64_t target, const Shape& shape, bool cold) {
   bench::DispatchCheck scope(target, AttentionTargetName, "Attend");
   if (!scope.Check(state)) return;
-  const size_t rotate = cold ? ColdCount(shape) : 1;
-  const auto& cases = Cases(shape, rotate);
-
-  // q and out: [rows][columns][q_heads][dim]
-  const size_t q_elements =
-      static_cast<size_t>(kRows) * shape.columns * kQueryHeads * static_cast<size_t>(shape.dim);
-  std::vector<float> q(q_elements), out(q_elements);
-  Values values(0x71756572790ull + static_cast<uint64_t>(shape.columns));
-  values.Fill(&q);
-
-  double bytes = 0, pairs = 0;
-  CountWork(*cases[0], shape, &bytes, &pairs);
-
-  size_t next = 0;
+  AttentionRun run(shape, cold);
   const double start = ProcessSeconds();
   for (auto _ : state) {
-    const AttentionCase& c = *cases[next];
-    next = next + 1 == rotate ? 0 : next + 1;
-    Attend(q.data(), kQueryHeads, c.view, c.mask, out.data());
-    benchmark::DoNotOptimize(out.data());
+    const AttentionCase& c = run.Next();
+    Attend(run.q.data(), kQueryHeads, c.view, c.mask, run.out.data());
+    benchmark::DoNotOptimize(run.out.data());
     benchmark::ClobberMemory();
   }
   const double seconds = ProcessSeconds() - start;
   const double iterations = static_cast<double>(state.iterations());
-  ReportReads(state, bytes, pairs, seconds, cold ? ReadLimit(shape) : 0.0);
+  ReportReads(state, run.bytes, run.pairs, seconds, cold ? ReadLimit(shape) : 0.0);
   if (shape.columns > 1 && seconds > 0) {
     // q.k and w.v: a multiply-add (2 flops) per lane each, per query head
     // (all kQueryHeads of them) and attended (query, slot) pair.
-    const double flops = pairs * iterations * kQueryHeads * 4.0 * shape.dim;
+    const double flops = run.pairs * iterations * kQueryHeads * 4.0 * shape.dim;
     state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
     const auto fma = FmaRecords().find(scope.dispatched());
     if (fma != FmaRecords().end() && fma->second.Median() > 0) {
       state.counters["fma_fraction"] = flops / seconds / fma->second.Median();
     }
   }
-  state.counters["caches"] = static_cast<double>(rotate);
+  state.counters["caches"] = static_cast<double>(run.rotate);
 }
 
 // Runs `peer` (which writes kQueryHeads * dim outputs of a decode of `q`
@@ -575,41 +571,31 @@ void RunAttentionThreads(benchmark::State& state, int64_t target, const Shape& s
                          int threads) {
   bench::DispatchCheck scope(target, AttentionTargetName, "Attend");
   if (!scope.Check(state)) return;
-  const size_t rotate = cold ? ColdCount(shape) : 1;
-  const auto& cases = Cases(shape, rotate);
-  const size_t q_elements =
-      static_cast<size_t>(kRows) * shape.columns * kQueryHeads * static_cast<size_t>(shape.dim);
-  std::vector<float> q(q_elements), out(q_elements);
-  Values values(0x71756572790ull + static_cast<uint64_t>(shape.columns));
-  values.Fill(&q);
-  double bytes = 0, pairs = 0;
-  CountWork(*cases[0], shape, &bytes, &pairs);
+  AttentionRun run(shape, cold);
   ThreadPool pool(threads);
   AttendOptions options;
   options.pool = &pool;
   options.chunk = kAttendDecodeChunk;
-  size_t next = 0;
   const double cpu_start = ProcessSeconds();
   const auto wall_start = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    const AttentionCase& c = *cases[next];
-    next = next + 1 == rotate ? 0 : next + 1;
-    AttendWith(q.data(), kQueryHeads, c.view, c.mask, out.data(), options);
-    benchmark::DoNotOptimize(out.data());
+    const AttentionCase& c = run.Next();
+    AttendWith(run.q.data(), kQueryHeads, c.view, c.mask, run.out.data(), options);
+    benchmark::DoNotOptimize(run.out.data());
     benchmark::ClobberMemory();
   }
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   const double cpu = ProcessSeconds() - cpu_start;
   const double iterations = static_cast<double>(state.iterations());
-  state.SetBytesProcessed(static_cast<int64_t>(bytes * iterations));
-  state.SetItemsProcessed(static_cast<int64_t>(pairs * iterations));
+  state.SetBytesProcessed(static_cast<int64_t>(run.bytes * iterations));
+  state.SetItemsProcessed(static_cast<int64_t>(run.pairs * iterations));
   if (wall > 0 && iterations > 0) {
     state.counters["cpu_per_wall"] = cpu / wall;
     state.counters["us_per_call"] = 1e6 * wall / iterations;
   }
   state.counters["threads"] = threads;
-  state.counters["caches"] = static_cast<double>(rotate);
+  state.counters["caches"] = static_cast<double>(run.rotate);
 }
 
 // The threaded decodes, for the best target only (the others scale alike).

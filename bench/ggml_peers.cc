@@ -69,21 +69,6 @@ Cpu& Backend() {
   return *cpu;
 }
 
-// Deterministic values in [-1, 1).
-class Values {
- public:
-  explicit Values(uint64_t seed) : state_(seed | 1) {}
-  float Next() {
-    state_ ^= state_ << 13;
-    state_ ^= state_ >> 7;
-    state_ ^= state_ << 17;
-    return static_cast<float>(state_ >> 40) * (2.0f / 16777216.0f) - 1.0f;
-  }
-
- private:
-  uint64_t state_;
-};
-
 void Write(ggml_tensor* t, const float* values) {
   const int64_t n = ggml_nelements(t);
   if (t->type == GGML_TYPE_F32) {

@@ -14,6 +14,25 @@
 namespace kvspec {
 namespace bench {
 
+// Deterministic inputs for the benchmarks and their peers: values in
+// [-1, 1) from xorshift64, no <random> state to seed.
+class Values {
+ public:
+  explicit Values(uint64_t seed) : state_(seed | 1) {}
+  float Next() {
+    state_ ^= state_ << 13;
+    state_ ^= state_ >> 7;
+    state_ ^= state_ << 17;
+    return static_cast<float>(state_ >> 40) * (2.0f / 16777216.0f) - 1.0f;
+  }
+  void Fill(std::vector<float>* v) {
+    for (float& x : *v) x = Next();
+  }
+
+ private:
+  uint64_t state_;
+};
+
 // A figure measured earlier in this process: the median over the runs that
 // lasted at least 0.1 s (else the latest run), 0 before any run.
 struct Record {
