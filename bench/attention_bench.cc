@@ -50,7 +50,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -576,26 +575,17 @@ void RunAttentionThreads(benchmark::State& state, int64_t target, const Shape& s
   AttendOptions options;
   options.pool = &pool;
   options.chunk = kAttendDecodeChunk;
-  const double cpu_start = ProcessSeconds();
-  const auto wall_start = std::chrono::steady_clock::now();
+  const bench::WallClock clock;
   for (auto _ : state) {
     const AttentionCase& c = run.Next();
     AttendWith(run.q.data(), kQueryHeads, c.view, c.mask, run.out.data(), options);
     benchmark::DoNotOptimize(run.out.data());
     benchmark::ClobberMemory();
   }
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  const double cpu = ProcessSeconds() - cpu_start;
+  clock.Report(state, "us_per_call", threads, run.rotate);
   const double iterations = static_cast<double>(state.iterations());
   state.SetBytesProcessed(static_cast<int64_t>(run.bytes * iterations));
   state.SetItemsProcessed(static_cast<int64_t>(run.pairs * iterations));
-  if (wall > 0 && iterations > 0) {
-    state.counters["cpu_per_wall"] = cpu / wall;
-    state.counters["us_per_call"] = 1e6 * wall / iterations;
-  }
-  state.counters["threads"] = threads;
-  state.counters["caches"] = static_cast<double>(run.rotate);
 }
 
 // The threaded decodes, for the best target only (the others scale alike).

@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "bench/limits.h"
@@ -29,6 +30,28 @@ double ProcessSeconds() {
   timespec t;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+namespace {
+double WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+WallClock::WallClock() : cpu_start_(ProcessSeconds()), wall_start_(WallSeconds()) {}
+
+void WallClock::Report(benchmark::State& state, const char* per_call, int threads,
+                       size_t caches) const {
+  const double wall = WallSeconds() - wall_start_;
+  const double cpu = ProcessSeconds() - cpu_start_;
+  const double iterations = static_cast<double>(state.iterations());
+  if (wall > 0 && iterations > 0) {
+    state.counters["cpu_per_wall"] = cpu / wall;
+    state.counters[per_call] = 1e6 * wall / iterations;
+  }
+  state.counters["threads"] = threads;
+  state.counters["caches"] = static_cast<double>(caches);
 }
 
 std::map<std::string, Record>& FmaRecords() {

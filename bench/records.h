@@ -52,6 +52,21 @@ struct Record {
 // are single-threaded and meant to run pinned, where it tracks wall time.
 double ProcessSeconds();
 
+// The threaded benchmarks time the wall clock (the process CPU clock adds
+// up every thread). A WallClock started before the loop sets, at Report:
+// cpu_per_wall = process CPU seconds / wall seconds (at most `threads`;
+// lower when other load takes the cores), `per_call` = wall microseconds
+// per iteration, threads and caches (how many the benchmark rotates over).
+class WallClock {
+ public:
+  WallClock();
+  void Report(benchmark::State& state, const char* per_call, int threads, size_t caches) const;
+
+ private:
+  double cpu_start_;
+  double wall_start_;
+};
+
 // BM_PeakFma's figures by dispatched target name.
 std::map<std::string, Record>& FmaRecords();
 

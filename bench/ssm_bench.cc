@@ -55,7 +55,6 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -522,17 +521,14 @@ void RunForwardThreads(benchmark::State& state, int64_t target, int value_heads,
   io.pool = &pool;
   const ForwardColumns forward = ForwardColumns::Dense(rows, 1, /*decode=*/true);
   size_t next = 0;
-  const double cpu_start = ProcessSeconds();
-  const auto wall_start = std::chrono::steady_clock::now();
+  const bench::WallClock clock;
   for (auto _ : state) {
     const Status s = caches[next]->Forward(forward, io);
     if (Failed(state, s, "Forward")) return;
     next = next + 1 == rotate ? 0 : next + 1;
     benchmark::ClobberMemory();
   }
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  const double cpu = ProcessSeconds() - cpu_start;
+  clock.Report(state, "us_per_step", threads, rotate);
   const double iterations = static_cast<double>(state.iterations());
   state.SetBytesProcessed(static_cast<int64_t>(
       2.0 * static_cast<double>(RowStateBytes(shape)) * rows * iterations));
@@ -542,12 +538,6 @@ void RunForwardThreads(benchmark::State& state, int64_t target, int value_heads,
         7.0 * static_cast<double>(shape.RecurrentFloats()) * rows * iterations,
         benchmark::Counter::kIsRate);
   }
-  if (wall > 0 && iterations > 0) {
-    state.counters["cpu_per_wall"] = cpu / wall;
-    state.counters["us_per_step"] = 1e6 * wall / iterations;
-  }
-  state.counters["threads"] = threads;
-  state.counters["caches"] = static_cast<double>(rotate);
 }
 
 // The threaded decodes at batch 1 and 8, Hv = 16, for the best target only.
