@@ -376,6 +376,62 @@ TEST(LayoutJoin, ALayerOfAnotherDimIsRefusedByName) {
   EXPECT_EQ(a->rows(), 1);
 }
 
+// Layouts join only with the same layer list, every field of every layer
+// included: a layout whose one layer differs from ours in a single field
+// (a ring of another capacity, an ssm layer of another conv size, ...) is
+// refused by the layout, naming the layer, and nothing changes.
+TEST(LayoutJoin, EveryFieldOfEveryLayerMustMatch) {
+  LayerConfig ring;
+  ring.name = "r";
+  ring.kind = CacheKind::kRotating;
+  ring.heads = 1;
+  ring.q_heads = 2;
+  ring.window = 4;
+  ring.capacity = 6;
+  LayerConfig ssm;
+  ssm.name = "s";
+  ssm.kind = CacheKind::kSsm;
+  ssm.heads = 2;
+  ssm.kheads = 1;
+  struct Change {
+    const char* field;
+    int layer;  // 0: the ring, 1: the ssm layer
+    void (*apply)(LayerConfig*);
+  };
+  const Change changes[] = {
+      {"name", 0, [](LayerConfig* c) { c->name = "q"; }},
+      {"q_heads", 0, [](LayerConfig* c) { c->q_heads = 1; }},
+      {"dim", 0, [](LayerConfig* c) { c->dim = 8; }},
+      {"window", 0, [](LayerConfig* c) { c->window = 5; }},
+      {"capacity", 0, [](LayerConfig* c) { c->capacity = 7; }},
+      {"kheads", 1, [](LayerConfig* c) { c->kheads = 2; }},
+      {"dk", 1, [](LayerConfig* c) { c->dk = 8; }},
+      {"dv", 1, [](LayerConfig* c) { c->dv = 8; }},
+      {"conv", 1, [](LayerConfig* c) { c->conv = 3; }},
+  };
+  std::unique_ptr<Layout> same;
+  ASSERT_TRUE(Layout::Create(1, {ring, ssm}, &same).ok());
+  for (const Change& change : changes) {
+    std::vector<LayerConfig> other_layers = {ring, ssm};
+    change.apply(&other_layers[static_cast<size_t>(change.layer)]);
+    std::unique_ptr<Layout> a, b;
+    ASSERT_TRUE(Layout::Create(1, {ring, ssm}, &a).ok()) << change.field;
+    ASSERT_TRUE(Layout::Create(1, other_layers, &b).ok()) << change.field;
+    const uint64_t before = a->StateHash();
+    const Status s = a->Join(*b);
+    EXPECT_FALSE(s.ok()) << change.field;
+    EXPECT_NE(s.message().find("join needs the same layer list"), std::string::npos)
+        << change.field << ": " << s.message();
+    EXPECT_EQ(a->rows(), 1) << change.field;
+    EXPECT_EQ(a->StateHash(), before) << change.field;
+  }
+  // and the same layer list joins
+  std::unique_ptr<Layout> a;
+  ASSERT_TRUE(Layout::Create(1, {ring, ssm}, &a).ok());
+  ASSERT_TRUE(a->Join(*same).ok());
+  EXPECT_EQ(a->rows(), 2);
+}
+
 // ------------------------------------------------------------ ssm gates
 uint64_t HashOf(const Cache& c) {
   Hasher h;
