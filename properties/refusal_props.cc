@@ -32,6 +32,7 @@
 #include "core/batch.h"
 #include "core/codec/codec.h"
 #include "core/layout.h"
+#include "testing/fill.h"
 #include "testing/generators.h"
 #include "testing/target_params.h"
 #include "testing/target_scope.h"
@@ -191,11 +192,7 @@ struct Inputs {
     a.resize(n), b.resize(n), c.resize(n), d.resize(n), w.resize(n);
     const size_t cells = static_cast<size_t>(layout.rows()) * static_cast<size_t>(columns);
     auto fill = [&seed](std::vector<float>* v, size_t count, float lo, float hi) {
-      v->resize(count);
-      for (float& f : *v) {
-        seed = seed * 1664525u + 1013904223u;
-        f = lo + (hi - lo) * static_cast<float>(seed >> 8) / 16777216.0f;
-      }
+      testing::FillUniform(v, count, lo, hi, &seed);
     };
     for (size_t l = 0; l < n; ++l) {
       const LayerConfig& cfg = layout.config(l);
