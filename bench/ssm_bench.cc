@@ -20,7 +20,8 @@
 //   BM_RollbackReplay/<target>/<keep>            arm, verify 8, Rollback(keep)
 //   BM_CheckpointPerToken/<target>/<keep>        8 steps + a copy per token,
 //                                                restore the keep-th copy
-//   BM_ConvStep/<target>/<channels>/<kernel>     ConvStep alone, hot
+//   BM_ConvStep/<target>/<channels>/<kernel>     ConvStep alone, hot; kernel 1
+//                                                is the SiLU's own cost
 //   BM_DecodeThreads, BM_DecodeHotThreads/<target>/<value heads>/<rows>/
 //     <threads>/real_time  decode with the heads on a pool (wall clock)
 //
@@ -139,6 +140,7 @@ class Uniform {
 // bounded and far from denormals however many steps it takes.
 struct Inputs {
   std::vector<float> conv_weights;  // [K][C]
+  std::vector<float> packed;        // the same, PackConvWeights (once, as a layer owner does)
   std::vector<float> x;             // [rows][L][C]
   std::vector<float> gate;          // [rows][L][Hv]
   std::vector<float> beta;          // [rows][L][Hv]
@@ -157,6 +159,8 @@ struct Inputs {
     u.Fill(&x, -1.0f, 1.0f);
     u.Fill(&gate, 0.90f, 0.99f);
     u.Fill(&beta, 0.2f, 0.8f);
+    packed.resize(conv_weights.size());
+    PackConvWeights(conv_weights.data(), packed.data(), C, static_cast<size_t>(s.conv));
   }
 
   // The IO of token `t` when the forward is taken one column at a time
@@ -165,6 +169,7 @@ struct Inputs {
     const size_t at = static_cast<size_t>(t);
     SsmIO io;
     io.conv_weights = conv_weights.data();
+    io.packed_conv_weights = packed.data();
     io.x = x.data() + at * s.Channels();
     io.gate = gate.data() + at * s.GateFloats();
     io.beta = beta.data() + at * static_cast<size_t>(s.value_heads);
@@ -473,19 +478,22 @@ void RunCheckpointPerToken(benchmark::State& state, int64_t target, int32_t keep
 }
 
 // ---------------------------------------------------------------------------
-// ConvStep alone, hot, in place as the cache calls it.
+// ConvStep alone, hot, in place as the cache calls it (packed weights and
+// the state in the kernel's order, kernels/conv1d.h). K = 1 is the SiLU's
+// own cost: one multiply per channel, no state, the same SiLU.
 void RunConvStep(benchmark::State& state, int64_t target, size_t channels, size_t kernel) {
   bench::DispatchCheck scope(target, GatedDeltaTargetName, "GatedDeltaStep");
   if (!scope.Check(state)) return;
-  std::vector<float> w(kernel * channels), conv_state((kernel - 1) * channels), x(channels),
-      u(channels);
+  std::vector<float> w(kernel * channels), packed(kernel * channels),
+      conv_state((kernel - 1) * channels), x(channels), u(channels);
   Uniform values(0x636F6E76ull);
   values.Fill(&w, -0.5f, 0.5f);
   values.Fill(&conv_state, -1.0f, 1.0f);
   values.Fill(&x, -1.0f, 1.0f);
+  PackConvWeights(w.data(), packed.data(), channels, kernel);
   const double start = ProcessSeconds();
   for (auto _ : state) {
-    ConvStep(w.data(), conv_state.data(), conv_state.data(), x.data(), u.data(), channels,
+    ConvStep(packed.data(), conv_state.data(), conv_state.data(), x.data(), u.data(), channels,
              kernel);
     benchmark::ClobberMemory();
   }
@@ -629,12 +637,15 @@ void RegisterAll() {
     }
   }
   for (const int64_t target : targets) {
-    benchmark::RegisterBenchmark(("BM_ConvStep/" + std::string(hwy::TargetName(target))).c_str(),
-                                 [target](benchmark::State& state) {
-                                   RunConvStep(state, target, kConvChannels, kConvKernel);
-                                 })
-        ->Args({static_cast<int64_t>(kConvChannels), kConvKernel})
-        ->Unit(benchmark::kMicrosecond);
+    for (const size_t kernel : {static_cast<size_t>(kConvKernel), size_t{1}}) {
+      benchmark::RegisterBenchmark(
+          ("BM_ConvStep/" + std::string(hwy::TargetName(target))).c_str(),
+          [target, kernel](benchmark::State& state) {
+            RunConvStep(state, target, kConvChannels, kernel);
+          })
+          ->Args({static_cast<int64_t>(kConvChannels), static_cast<int64_t>(kernel)})
+          ->Unit(benchmark::kMicrosecond);
+    }
   }
   RegisterThreaded(targets);
 }
@@ -716,8 +727,11 @@ bool GgmlMatchesKernels(benchmark::State& state) {
         wt[c * kernel + j] = w[j * channels + c];
       }
     }
-    std::vector<float> conv_out(conv.size());
-    ConvStep(w.data(), conv.data(), conv_out.data(), x.data(), u.data(), channels, kernel);
+    std::vector<float> conv_out(conv.size()), packed(w.size()), blocked(conv.size());
+    PackConvWeights(w.data(), packed.data(), channels, kernel);
+    ConvStateFromTrace(conv.data(), blocked.data(), channels, kernel);
+    ConvStep(packed.data(), blocked.data(), conv_out.data(), x.data(), u.data(), channels,
+             kernel);
     bench::GgmlConvOnce(channels, kernel, window.data(), wt.data(), ggml_u.data());
     const float eu = RelativeError(ggml_u, u);
     if (verdict == "ok" && !(eu <= 1e-5f)) {

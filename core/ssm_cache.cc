@@ -25,6 +25,10 @@ size_t ScratchFloats(const SsmShape& shape) {
   const size_t hk = static_cast<size_t>(shape.key_heads) * shape.dk;
   return shape.Channels() + 2 * hk + static_cast<size_t>(shape.value_heads) * shape.dv;
 }
+// Floats of the packed conv weights a Forward without SsmIO::packed_conv_weights packs.
+size_t PackedFloats(const SsmShape& shape) {
+  return static_cast<size_t>(shape.conv) * shape.Channels();
+}
 }  // namespace
 
 SsmCacheBase::SsmCacheBase(int rows, const SsmShape& shape)
@@ -34,11 +38,14 @@ SsmCacheBase::SsmCacheBase(int rows, const SsmShape& shape)
       active_(static_cast<size_t>(rows), 0),
       next_(static_cast<size_t>(rows), 0) {
   scratch_.resize(ScratchFloats(shape));
+  packed_.resize(PackedFloats(shape));
 }
 
 size_t SsmCacheBase::BytesWhenBuilt(int rows, const SsmShape& shape) {
   const size_t row_floats = shape.ConvFloats() + shape.RecurrentFloats();
-  return (static_cast<size_t>(rows) * 2 * row_floats + ScratchFloats(shape)) * sizeof(float);
+  return (static_cast<size_t>(rows) * 2 * row_floats + ScratchFloats(shape) +
+          PackedFloats(shape)) *
+         sizeof(float);
 }
 
 size_t SsmCacheBase::allocatedBytes() const {
@@ -85,6 +92,13 @@ const float* SsmCacheBase::RecurrentState(int row) const {
   return Buffer(row, active_[row]) + shape_.ConvFloats();
 }
 
+std::vector<float> SsmCacheBase::ConvStateTraceOrder(int row) const {
+  std::vector<float> out(shape_.ConvFloats());
+  ConvStateToTrace(ConvState(row), out.data(), shape_.Channels(),
+                   static_cast<size_t>(shape_.conv));
+  return out;
+}
+
 std::vector<float> SsmCacheBase::RecurrentStateTraceOrder(int row) const {
   std::vector<float> out(shape_.RecurrentFloats());
   GatedDeltaStateToTrace(RecurrentState(row), out.data(), shape_.Delta());
@@ -93,7 +107,8 @@ std::vector<float> SsmCacheBase::RecurrentStateTraceOrder(int row) const {
 
 uint64_t SsmCacheBase::RowStateHash(int row) const {
   Hasher h;
-  h.Bytes(ConvState(row), shape_.ConvFloats() * sizeof(float));
+  const std::vector<float> conv = ConvStateTraceOrder(row);
+  h.Bytes(conv.data(), conv.size() * sizeof(float));
   const std::vector<float> recurrent = RecurrentStateTraceOrder(row);
   h.Bytes(recurrent.data(), recurrent.size() * sizeof(float));
   return h.value();
@@ -102,7 +117,9 @@ uint64_t SsmCacheBase::RowStateHash(int row) const {
 std::vector<float> SsmCacheBase::StatesTraceOrder() const {
   std::vector<float> out(state_);
   const size_t conv = shape_.ConvFloats();
+  const size_t C = shape_.Channels(), K = static_cast<size_t>(shape_.conv);
   for (size_t b = 0; b < static_cast<size_t>(rows_) * 2; ++b) {
+    ConvStateToTrace(&state_[b * row_floats_], &out[b * row_floats_], C, K);
     GatedDeltaStateToTrace(&state_[b * row_floats_ + conv], &out[b * row_floats_ + conv],
                            shape_.Delta());
   }
@@ -112,7 +129,9 @@ std::vector<float> SsmCacheBase::StatesTraceOrder() const {
 void SsmCacheBase::StatesFromTraceOrder() {
   const std::vector<float> in(state_);
   const size_t conv = shape_.ConvFloats();
+  const size_t C = shape_.Channels(), K = static_cast<size_t>(shape_.conv);
   for (size_t b = 0; b < static_cast<size_t>(rows_) * 2; ++b) {
+    ConvStateFromTrace(&in[b * row_floats_], &state_[b * row_floats_], C, K);
     GatedDeltaStateFromTrace(&in[b * row_floats_ + conv], &state_[b * row_floats_ + conv],
                              shape_.Delta());
   }
@@ -210,6 +229,8 @@ Status SsmCacheBase::ForwardReserved(const ForwardColumns& cols, const SsmIO& io
     round_real_.swap(space->round_real);
     record_.swap(space->record);
   }
+  // Packed weights: the caller's, or packed here before the first real token.
+  const float* w = io.packed_conv_weights;
   for (int r = 0; r < rows_; ++r) {
     bool first = true;
     for (size_t i = 0; i < L; ++i) {
@@ -221,16 +242,20 @@ Status SsmCacheBase::ForwardReserved(const ForwardColumns& cols, const SsmIO& io
         continue;
       }
       float* out = y ? y : scratch_.data() + C + 2 * static_cast<size_t>(shape_.key_heads) * shape_.dk;
+      if (!w) {
+        PackConvWeights(io.conv_weights, packed_.data(), C, static_cast<size_t>(shape_.conv));
+        w = packed_.data();
+      }
       if (verify) {
         // Read the snapshot, write the other buffer: no copy of the state.
         const int snap = snapshot_[r];
         const float* src = first ? Buffer(r, snap) : Buffer(r, 1 - snap);
-        Step(src, Buffer(r, 1 - snap), io.conv_weights, io.x + at * C, io.gate + at * gf,
+        Step(src, Buffer(r, 1 - snap), w, io.x + at * C, io.gate + at * gf,
              io.beta + at * hv, out, &record_[r], io.pool);
         ++round_real_[r];
       } else {
         float* s = Buffer(r, active_[r]);
-        Step(s, s, io.conv_weights, io.x + at * C, io.gate + at * gf, io.beta + at * hv, out,
+        Step(s, s, w, io.x + at * C, io.gate + at * gf, io.beta + at * hv, out,
              nullptr, io.pool);
       }
       first = false;

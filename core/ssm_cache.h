@@ -1,11 +1,13 @@
 // Recurrent gated-DeltaNet caches: SsmCache (kind "ssm", one row) and
 // BatchedSsmCache ("batched_ssm").
 //
-// State per row: the causal-conv state [K-1][C] (the last K - 1 pre-conv
-// inputs of every channel, oldest first) and the recurrent state, fp32,
-// kept in the gated delta kernel's order [Hv][dk][dv] (kernels/gated_delta.h;
-// each head transposed). Whatever leaves the cache (RowStateHash,
-// RecurrentStateTraceOrder, the codec) is in TRACE.md's order [Hv][dv][dk]. Channels C = 2*Hk*dk + Hv*dv: the q part, the k part
+// State per row: the causal-conv state (the last K - 1 pre-conv inputs of
+// every channel, oldest first), kept in the conv kernel's channel-blocked
+// order (kernels/conv1d.h; TRACE.md's order is [K-1][C]), and the recurrent
+// state, fp32, kept in the gated delta kernel's order [Hv][dk][dv]
+// (kernels/gated_delta.h; each head transposed). Whatever leaves the cache
+// (RowStateHash, ConvStateTraceOrder, RecurrentStateTraceOrder, the codec)
+// is in TRACE.md's orders ([K-1][C], [Hv][dv][dk]). Channels C = 2*Hk*dk + Hv*dv: the q part, the k part
 // (key head kh owns kh*dk .. kh*dk+dk-1 of each), then the v part. Padding
 // columns leave both states unchanged. The state does not grow:
 // bytesPerToken() is 0; the cache is never trimmable.
@@ -70,6 +72,11 @@ struct SsmShape {
 // One recurrent layer's inputs and outputs for a forward of L columns.
 struct SsmIO {
   const float* conv_weights = nullptr;  // [K][C], w[K-1] multiplies the current token
+  // Optional: the same weights packed by PackConvWeights (kernels/conv1d.h),
+  // packed once by the layer's owner. When null, each Forward packs
+  // conv_weights into the cache's scratch first (K*C floats copied per call,
+  // which a decode step of one token pays in full).
+  const float* packed_conv_weights = nullptr;
   const float* x = nullptr;             // [rows][L][C] pre-conv inputs
   const float* gate = nullptr;          // [rows][L][Hv] (or [rows][L][Hv][dk])
   const float* beta = nullptr;          // [rows][L][Hv]
@@ -127,13 +134,15 @@ class SsmCacheBase : public Cache {
   // keep: one count per row, at most the row's real tokens in the round.
   Status Rollback(const std::vector<int32_t>& keep);
 
-  // The row's current states.
-  const float* ConvState(int row) const;       // [K-1][C]
+  // The row's current states, in the kernels' orders.
+  const float* ConvState(int row) const;       // kernel order (kernels/conv1d.h)
   const float* RecurrentState(int row) const;  // kernel order [Hv][dk][dv]
+  // A copy of the row's conv state in trace order [K-1][C].
+  std::vector<float> ConvStateTraceOrder(int row) const;
   // A copy of the row's recurrent state in trace order [Hv][dv][dk].
   std::vector<float> RecurrentStateTraceOrder(int row) const;
   // Hasher (core/cache.h) over the row's conv state bytes, then its recurrent
-  // state bytes in trace order.
+  // state bytes, both in trace order.
   uint64_t RowStateHash(int row) const;
 
   // Batch lifecycle building blocks (used by core/batch.h); refused rounds
@@ -162,13 +171,14 @@ class SsmCacheBase : public Cache {
   }
   // One token: conv, prepare, recurrence; src may equal dst. Records the
   // position-local inputs into rec when non-null.
+  // w: packed conv weights.
   void Step(const float* src, float* dst, const float* w, const float* x, const float* gate,
             const float* beta, float* y, std::vector<float>* rec, ThreadPool* pool);
   // Replays one recorded token (layout of Step's record).
   void Replay(const float* src, float* dst, const float* rec);
   size_t RecordFloats() const;
-  // state_ with every buffer's recurrent state in trace order (the codec's
-  // format), and the reverse conversion of state_ in place.
+  // state_ with every buffer's conv and recurrent states in trace order (the
+  // codec's format), and the reverse conversion of state_ in place.
   std::vector<float> StatesTraceOrder() const;
   void StatesFromTraceOrder();
 
@@ -186,6 +196,7 @@ class SsmCacheBase : public Cache {
   std::vector<int32_t> round_real_;          // [rows] real tokens of the verify forward
   std::vector<std::vector<float>> record_;   // [rows] recorded token inputs
   std::vector<float> scratch_;               // u, q, k, y of one token
+  std::vector<float> packed_;                // [K*C] weights packed when SsmIO has none
   bool reference_ = false;
 };
 

@@ -1,6 +1,6 @@
 // Causal conv1d step: the Highway version (per target), dispatched once per
-// call, and the state shift it shares with the scalar reference
-// (conv1d_reference.cc).
+// call; the state shift the scalar reference (conv1d_reference.cc) and
+// replays use, and the layout conversions (conv1d.h).
 #include "kernels/conv1d.h"
 
 #include <cstring>
@@ -59,50 +59,80 @@ HWY_INLINE V Silu(D d, V z) {
   return hn::Mul(z, hn::IfThenZeroElse(hn::Lt(z, hn::Set(d, -88.0f)), recip));
 }
 
-// u = silu(sum_j w[j] * window[j]) for the channels [c, c + lanes).
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE V ConvLanes(D d, const float* HWY_RESTRICT w, const float* HWY_RESTRICT state,
-                       const float* HWY_RESTRICT x, size_t c, size_t channels, size_t kernel) {
-  auto acc = hn::Zero(d);
-  for (size_t j = 0; j + 1 < kernel; ++j) {
-    acc = hn::MulAdd(hn::LoadU(d, w + j * channels + c), hn::LoadU(d, state + j * channels + c),
-                     acc);
+// One block of kConvBlock channels (kernel order, see conv1d.h): u for its
+// channels and the shifted state, in one pass. kKernel is K when known at
+// compile time (the common K = 4), 0 to read `kernel`. Per lane: acc = 0,
+// then acc = w[j] * window[j] + acc for j = 0 .. K-1 (FMA), then SiLU; the
+// same operations whatever kKernel, so the result does not depend on it.
+// In place (state_out == state_in) each row is loaded before the row it
+// moves into is stored.
+template <size_t kKernel, class D>
+HWY_INLINE void ConvBlock(D d, const float* HWY_RESTRICT wb, const float* sin, float* sout,
+                          const float* HWY_RESTRICT x, float* HWY_RESTRICT u, size_t kernel) {
+  constexpr size_t B = kConvBlock;
+  const size_t K = kKernel ? kKernel : kernel;
+  const size_t N = hn::Lanes(d);
+  for (size_t i = 0; i < B; i += N) {
+    auto acc = hn::Zero(d);
+    for (size_t j = 0; j + 1 < K; ++j) {
+      const auto v = hn::LoadU(d, sin + j * B + i);
+      acc = hn::MulAdd(hn::LoadU(d, wb + j * B + i), v, acc);
+      if (j > 0) hn::StoreU(v, d, sout + (j - 1) * B + i);
+    }
+    const auto xv = hn::LoadU(d, x + i);
+    acc = hn::MulAdd(hn::LoadU(d, wb + (K - 1) * B + i), xv, acc);
+    if (K > 1) hn::StoreU(xv, d, sout + (K - 2) * B + i);
+    hn::StoreU(Silu(d, acc), d, u + i);
   }
-  acc = hn::MulAdd(hn::LoadU(d, w + (kernel - 1) * channels + c), hn::LoadU(d, x + c), acc);
-  return Silu(d, acc);
 }
 
-// The state shift stays a separate memmove (ConvShiftState): storing the
-// shifted rows from this loop measured slower (the rows are a multiple of
-// 4 KiB apart at the benchmark's channel counts, so the stores alias the
-// next rows' loads).
+template <size_t kKernel>
+void ConvBlocks(const float* HWY_RESTRICT w, const float* state_in, float* state_out,
+                const float* HWY_RESTRICT x, float* HWY_RESTRICT u, size_t channels,
+                size_t kernel) {
+  // At most one block per vector (N divides kConvBlock on every target).
+  const hn::CappedTag<float, kConvBlock> d;
+  constexpr size_t B = kConvBlock;
+  const size_t K = kKernel ? kKernel : kernel;
+  const size_t full = channels / B * B;
+  for (size_t c = 0; c < full; c += B) {
+    ConvBlock<kKernel>(d, w + c * K, state_in + c * (K - 1), state_out + c * (K - 1), x + c,
+                       u + c, kernel);
+  }
+  if (full < channels) {
+    // The last, narrower block ([rows][rest]): the same lane arithmetic on a
+    // padded copy of kConvBlock channels.
+    const size_t rest = channels - full;
+    HWY_ALIGN float wt[kMaxConvKernel * B] = {};
+    HWY_ALIGN float st[kMaxConvKernel * B] = {};
+    HWY_ALIGN float xt[B] = {};
+    HWY_ALIGN float ut[B];
+    const float* wr = w + full * K;
+    const float* sr = state_in + full * (K - 1);
+    for (size_t j = 0; j < K; ++j) {
+      for (size_t i = 0; i < rest; ++i) {
+        wt[j * B + i] = wr[j * rest + i];
+        if (j + 1 < K) st[j * B + i] = sr[j * rest + i];
+      }
+    }
+    for (size_t i = 0; i < rest; ++i) xt[i] = x[full + i];
+    ConvBlock<kKernel>(d, wt, st, st, xt, ut, kernel);
+    float* so = state_out + full * (K - 1);
+    for (size_t j = 0; j + 1 < K; ++j) {
+      for (size_t i = 0; i < rest; ++i) so[j * rest + i] = st[j * B + i];
+    }
+    for (size_t i = 0; i < rest; ++i) u[full + i] = ut[i];
+  }
+}
+
 void ConvStepImpl(const float* HWY_RESTRICT w, const float* state_in, float* state_out,
                   const float* HWY_RESTRICT x, float* HWY_RESTRICT u, size_t channels,
                   size_t kernel) {
-  const hn::ScalableTag<float> d;
-  const size_t N = hn::Lanes(d);
-  size_t c = 0;
-  for (; c + N <= channels; c += N) {
-    hn::StoreU(ConvLanes(d, w, state_in, x, c, channels, kernel), d, u + c);
+  if (kernel == 4) {
+    ConvBlocks<4>(w, state_in, state_out, x, u, channels, kernel);
+  } else {
+    ConvBlocks<0>(w, state_in, state_out, x, u, channels, kernel);
   }
-  if (c < channels) {
-    // The last partial vector: the same lane arithmetic on padded copies.
-    const size_t rest = channels - c;
-    HWY_ALIGN float wt[kMaxConvKernel * hn::MaxLanes(d)];
-    HWY_ALIGN float st[kMaxConvKernel * hn::MaxLanes(d)];
-    HWY_ALIGN float xt[hn::MaxLanes(d)] = {};
-    HWY_ALIGN float ut[hn::MaxLanes(d)];
-    for (size_t j = 0; j < kernel; ++j) {
-      for (size_t i = 0; i < N; ++i) {
-        wt[j * N + i] = i < rest ? w[j * channels + c + i] : 0.0f;
-        if (j + 1 < kernel) st[j * N + i] = i < rest ? state_in[j * channels + c + i] : 0.0f;
-      }
-    }
-    for (size_t i = 0; i < rest; ++i) xt[i] = x[c + i];
-    hn::Store(ConvLanes(d, wt, st, xt, 0, N, kernel), d, ut);
-    for (size_t i = 0; i < rest; ++i) u[c + i] = ut[i];
-  }
-  ConvShiftState(state_in, state_out, x, channels, kernel);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -119,13 +149,51 @@ void ConvStep(const float* w, const float* state_in, float* state_out, const flo
   HWY_DYNAMIC_DISPATCH(ConvStepImpl)(w, state_in, state_out, x, u, channels, kernel);
 }
 
+namespace {
+// Row-major [rows][C] -> kernel order (conv1d.h), or back.
+void Blocked(const float* from, float* to, size_t channels, size_t rows, bool to_blocked) {
+  for (size_t c0 = 0; c0 < channels; c0 += kConvBlock) {
+    const size_t n = channels - c0 < kConvBlock ? channels - c0 : kConvBlock;
+    float* block = to_blocked ? to + c0 * rows : nullptr;
+    const float* cblock = to_blocked ? nullptr : from + c0 * rows;
+    for (size_t j = 0; j < rows; ++j) {
+      if (to_blocked) {
+        std::memcpy(block + j * n, from + j * channels + c0, n * sizeof(float));
+      } else {
+        std::memcpy(to + j * channels + c0, cblock + j * n, n * sizeof(float));
+      }
+    }
+  }
+}
+}  // namespace
+
+void PackConvWeights(const float* w, float* packed, size_t channels, size_t kernel) {
+  Blocked(w, packed, channels, kernel, /*to_blocked=*/true);
+}
+
+void ConvStateToTrace(const float* state, float* trace, size_t channels, size_t kernel) {
+  if (kernel < 2) return;
+  Blocked(state, trace, channels, kernel - 1, /*to_blocked=*/false);
+}
+
+void ConvStateFromTrace(const float* trace, float* state, size_t channels, size_t kernel) {
+  if (kernel < 2) return;
+  Blocked(trace, state, channels, kernel - 1, /*to_blocked=*/true);
+}
+
 void ConvShiftState(const float* state_in, float* state_out, const float* x, size_t channels,
                     size_t kernel) {
   if (kernel < 2) return;
   const size_t rows = kernel - 1;
-  // Drop the oldest row, append x. memmove: state_in may equal state_out.
-  std::memmove(state_out, state_in + channels, (rows - 1) * channels * sizeof(float));
-  std::memcpy(state_out + (rows - 1) * channels, x, channels * sizeof(float));
+  // Per block [rows][n]: drop the oldest row, append x. memmove: state_in
+  // may equal state_out.
+  for (size_t c0 = 0; c0 < channels; c0 += kConvBlock) {
+    const size_t n = channels - c0 < kConvBlock ? channels - c0 : kConvBlock;
+    const float* in = state_in + c0 * rows;
+    float* out = state_out + c0 * rows;
+    std::memmove(out, in + n, (rows - 1) * n * sizeof(float));
+    std::memcpy(out + (rows - 1) * n, x + c0, n * sizeof(float));
+  }
 }
 
 }  // namespace kvspec

@@ -274,10 +274,17 @@ TEST_P(SsmTargets, KernelsMatchScalarReferences) {
     v.Fill(w.data(), w.size());
     v.Fill(state.data(), state.size());
     v.Fill(x.data(), x.size());
-    std::vector<float> st1 = state, st2 = state;
-    ConvStep(w.data(), st1.data(), st1.data(), x.data(), u.data(), C, K);
-    ConvStepReference(w.data(), st2.data(), st2.data(), x.data(), u_ref.data(), C, K);
+    // The kernels' order (kernels/conv1d.h) from the trace order.
+    std::vector<float> packed(K * C), st1(state.size()), st2, trace(state.size());
+    PackConvWeights(w.data(), packed.data(), C, K);
+    ConvStateFromTrace(state.data(), st1.data(), C, K);
+    st2 = st1;
+    ConvStep(packed.data(), st1.data(), st1.data(), x.data(), u.data(), C, K);
+    ConvStepReference(packed.data(), st2.data(), st2.data(), x.data(), u_ref.data(), C, K);
     RC_ASSERT(st1 == st2);  // the state update is a copy: exact
+    ConvStateToTrace(st1.data(), trace.data(), C, K);
+    for (size_t i = 0; i + C < state.size(); ++i) RC_ASSERT(trace[i] == state[i + C]);
+    for (size_t c = 0; c < C && K > 1; ++c) RC_ASSERT(trace[(K - 2) * C + c] == x[c]);
     for (size_t c = 0; c < C; ++c) {
       if (!(std::fabs(u[c] - u_ref[c]) <= kConvTolerance * (1 + std::fabs(u_ref[c])))) {
         RC_FAIL("conv target " + target + " channel " + std::to_string(c) + ": expected " +

@@ -345,16 +345,23 @@ std::string Difference(const Layout& a, const Layout& b) {
 struct TraceContents {
   trace::ContentIndex index;
   std::map<size_t, std::vector<float>> conv_weights;  // per ssm layer, [K][C]
+  std::map<size_t, std::vector<float>> packed;        // the same, PackConvWeights
 
   const std::vector<float>& Weights(size_t l, const LayerConfig& d) {
     auto it = conv_weights.find(l);
     if (it == conv_weights.end()) {
-      it = conv_weights
-               .emplace(l, trace::ContentIndex::ConvWeights(static_cast<int>(l), d.SsmChannels(),
-                                                            static_cast<size_t>(d.conv)))
+      const size_t C = d.SsmChannels(), K = static_cast<size_t>(d.conv);
+      it = conv_weights.emplace(l, trace::ContentIndex::ConvWeights(static_cast<int>(l), C, K))
                .first;
+      std::vector<float> p(K * C);
+      PackConvWeights(it->second.data(), p.data(), C, K);
+      packed[l] = std::move(p);
     }
     return it->second;
+  }
+  const std::vector<float>& Packed(size_t l, const LayerConfig& d) {
+    Weights(l, d);
+    return packed[l];
   }
 };
 
@@ -485,6 +492,7 @@ class TokenForward {
     }
     SsmIO ssm;
     ssm.conv_weights = contents_.Weights(l, d).data();
+    ssm.packed_conv_weights = contents_.Packed(l, d).data();
     ssm.x = x_[l].data();
     ssm.gate = gate_[l].data();
     ssm.beta = beta_[l].data();
@@ -599,8 +607,14 @@ py::tuple ConvStepArrays(FloatArray w, FloatArray state, FloatArray x, bool refe
   py::array_t<float> u = NewFloats({static_cast<py::ssize_t>(channels)});
   py::array_t<float> next = NewFloats({static_cast<py::ssize_t>(kernel - 1),
                                        static_cast<py::ssize_t>(channels)});
-  (reference ? ConvStepReference : ConvStep)(w.data(), state.data(), next.mutable_data(),
-                                             x.data(), u.mutable_data(), channels, kernel);
+  // The kernels' order (kernels/conv1d.h) in between; the arrays are in
+  // trace order.
+  std::vector<float> packed(kernel * channels), s((kernel - 1) * channels);
+  PackConvWeights(w.data(), packed.data(), channels, kernel);
+  ConvStateFromTrace(state.data(), s.data(), channels, kernel);
+  (reference ? ConvStepReference : ConvStep)(packed.data(), s.data(), s.data(), x.data(),
+                                             u.mutable_data(), channels, kernel);
+  ConvStateToTrace(s.data(), next.mutable_data(), channels, kernel);
   return py::make_tuple(u, next);
 }
 
@@ -789,7 +803,7 @@ void BindLayout(py::module_& m) {
            [](const Layout& l, py::ssize_t layer, int row) {
              const SsmCacheBase& s = Recurrent(l, layer);
              const SsmShape& sh = s.shape();
-             return CopyOut(s.ConvState(CheckRow(l, row)),
+             return CopyOut(s.ConvStateTraceOrder(CheckRow(l, row)).data(),
                             {sh.conv - 1, static_cast<py::ssize_t>(sh.Channels())});
            })
       .def("recurrent_state",

@@ -64,9 +64,9 @@ uint64_t WordHasher::value() const {
 }
 
 uint64_t StateHash(const SsmCacheBase& cache, int row) {
-  const SsmShape& shape = cache.shape();
   WordHasher h;
-  h.Floats(cache.ConvState(row), shape.ConvFloats());
+  const std::vector<float> conv = cache.ConvStateTraceOrder(row);  // TRACE.md order
+  h.Floats(conv.data(), conv.size());
   const std::vector<float> recurrent = cache.RecurrentStateTraceOrder(row);  // TRACE.md order
   h.Floats(recurrent.data(), recurrent.size());
   return h.value();

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <iterator>
 
+#include "kernels/conv1d.h"
 #include "trace/runner_internal.h"
 #include "trace/values.h"
 
@@ -61,11 +62,14 @@ int Runner::Run() {
   layouts_["main"].layout = std::move(layout);
   current_ = "main";
   conv_weights_.resize(p_.layers.size());
+  packed_conv_weights_.resize(p_.layers.size());
   for (size_t l = 0; l < p_.layers.size(); ++l) {
     const LayerConfig& d = p_.layers[l];
     if (d.kind == CacheKind::kSsm) {
-      conv_weights_[l] = ConvWeights(static_cast<int>(l), d.SsmChannels(),
-                                     static_cast<size_t>(d.conv));
+      const size_t C = d.SsmChannels(), K = static_cast<size_t>(d.conv);
+      conv_weights_[l] = ConvWeights(static_cast<int>(l), C, K);
+      packed_conv_weights_[l].resize(K * C);
+      PackConvWeights(conv_weights_[l].data(), packed_conv_weights_[l].data(), C, K);
     }
   }
   for (const Statement& st : p_.body) {
@@ -118,6 +122,20 @@ Status Runner::CheckInvariants() const {
     if (conv_weights_[l].size() != want) {
       return Status::Error("layer '" + d.name + "' has " +
                            std::to_string(conv_weights_[l].size()) + " conv weights");
+    }
+    if (packed_conv_weights_.size() != p_.layers.size()) {
+      return Status::Error("packed conv weights for " +
+                           std::to_string(packed_conv_weights_.size()) + " layers");
+    }
+    if (want > 0) {
+      std::vector<float> packed(want);
+      PackConvWeights(conv_weights_[l].data(), packed.data(), d.SsmChannels(),
+                      static_cast<size_t>(d.conv));
+      if (packed != packed_conv_weights_[l]) {
+        return Status::Error("layer '" + d.name + "': packed conv weights differ from its weights");
+      }
+    } else if (!packed_conv_weights_[l].empty()) {
+      return Status::Error("layer '" + d.name + "' has packed conv weights");
     }
   }
   if (status_ < 0 || status_ > 2) {

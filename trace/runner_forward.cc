@@ -119,6 +119,7 @@ void Runner::FillInputs(const ForwardColumns& cols, const std::vector<int32_t>& 
       }
       SsmIO ssm;
       ssm.conv_weights = conv_weights_[l].data();
+      ssm.packed_conv_weights = packed_conv_weights_[l].data();
       ssm.x = b.x[l].data();
       ssm.gate = b.gate[l].data();
       ssm.beta = b.beta[l].data();

@@ -77,7 +77,8 @@ std::string JoinInts(const std::vector<int32_t>& v, char sep = ',');
 // - `current_` names a layout of `layouts_`, and every layout is non-null,
 //   has the header's layers and 1..kMaxRows rows;
 // - conv_weights_ has one entry per layer, [K][C] floats for an ssm layer
-//   and none for an attention layer;
+//   and none for an attention layer; packed_conv_weights_ holds the same
+//   weights packed (PackConvWeights);
 // - status_ is 0, 1 or 2, and top_level_ is true between statements.
 class Runner {
  public:
@@ -159,6 +160,7 @@ class Runner {
   std::string current_;
   ContentIndex index_;
   std::vector<std::vector<float>> conv_weights_;  // per ssm layer, [K][C]
+  std::vector<std::vector<float>> packed_conv_weights_;  // the same, PackConvWeights
   int status_ = 0;
   uint64_t work_ = 0;  // operations so far (runner_budget.cc)
   bool top_level_ = true;  // false while running the OP of `expect error`

@@ -51,9 +51,10 @@ Status CacheCodec::DecodeSsm(Reader& r, bool batched, std::unique_ptr<Cache>* ou
       Product({s.value_heads, s.dv, s.dk});
   const int64_t state_floats = Product({rows, 2, row_floats});
   // The cache allocates its states (and one row's scratch, at most three
-  // times the recurrent state since key heads divide value heads) and its
-  // per-row positions before they are read: the floats and positions that
-  // follow must be in the input.
+  // times the recurrent state since key heads divide value heads, and the
+  // packed conv weights, K*C floats: at most a row's two conv states for
+  // K >= 2, C for K = 1) and its per-row positions before they are read:
+  // the floats and positions that follow must be in the input.
   if (row_floats < 0 || state_floats < 0 ||
       state_floats > static_cast<int64_t>(r.left() / sizeof(float))) {
     return r.Fail("recurrent state larger than the input"), r.status();
