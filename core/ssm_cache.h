@@ -72,11 +72,6 @@ struct SsmShape {
 // One recurrent layer's inputs and outputs for a forward of L columns.
 struct SsmIO {
   const float* conv_weights = nullptr;  // [K][C], w[K-1] multiplies the current token
-  // Optional: the same weights packed by PackConvWeights (kernels/conv1d.h),
-  // packed once by the layer's owner. When null, each Forward packs
-  // conv_weights into the cache's scratch first (K*C floats copied per call,
-  // which a decode step of one token pays in full).
-  const float* packed_conv_weights = nullptr;
   const float* x = nullptr;             // [rows][L][C] pre-conv inputs
   const float* gate = nullptr;          // [rows][L][Hv] (or [rows][L][Hv][dk])
   const float* beta = nullptr;          // [rows][L][Hv]
@@ -85,6 +80,12 @@ struct SsmIO {
   // (kernels/gated_delta.h); the states and outputs are bit-identical
   // whatever its thread count.
   ThreadPool* pool = nullptr;
+  // Optional (last, so that aggregate initialisations of the fields above
+  // keep their meaning): the same weights packed by PackConvWeights
+  // (kernels/conv1d.h), packed once by the layer's owner. When null, each
+  // Forward packs conv_weights into the cache's scratch first (K*C floats
+  // copied per call, which a decode step of one token pays in full).
+  const float* packed_conv_weights = nullptr;
 };
 
 class SsmCacheBase : public Cache {
