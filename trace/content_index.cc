@@ -156,6 +156,7 @@ std::vector<Tag> ContentIndex::Seen(int layer, const KvView& view, const Mask& m
 std::vector<Tag> SlotTags::Seen(int row, int32_t query) {
   auto& sorted = by_tag_[static_cast<size_t>(row)];
   if (sorted.empty()) {
+    sorted.reserve(static_cast<size_t>(mask_.slots));
     const int32_t* pos = mask_.slot_pos + static_cast<size_t>(row) * mask_.slot_stride;
     for (int32_t slot = 0; slot < mask_.slots; ++slot) {
       // A slot without a position is admitted by no query.
@@ -165,6 +166,7 @@ std::vector<Tag> SlotTags::Seen(int row, int32_t query) {
                      [](const auto& a, const auto& b) { return a.first < b.first; });
   }
   std::vector<Tag> seen;
+  seen.reserve(sorted.size());  // one allocation: at most every slot is admitted
   for (const auto& [tag, slot] : sorted) {
     if (mask_.Admits(row, query, slot)) seen.push_back(tag);
   }
