@@ -112,14 +112,16 @@ void Runner::PrintStates() {
 // A forward's lines: `sees` lines, `out` lines (with --values), the states,
 // and for --emit the matching expectations after its statement.
 void Runner::PrintForward(const Statement& st, const ForwardLines& lines) {
+  // The `expect` lines are built only when they are emitted.
+  const bool emitting = opt_.emit && top_level_;
   for (const std::string& line : lines.sees) {
     Print(line);
-    EmitAfter(st, "expect " + line);
+    if (emitting) EmitAfter(st, "expect " + line);
   }
   if (opt_.values) {
     for (const std::string& line : lines.outs) {
       Print(line);
-      EmitAfter(st, "expect " + line);
+      if (emitting) EmitAfter(st, "expect " + line);
     }
   }
   PrintStates();

@@ -188,6 +188,7 @@ LastForward Runner::ReadBack(const ForwardColumns& cols, const std::vector<int32
   lines->sees.reserve(queries * layout.size());
   if (opt_.values) lines->outs.reserve(queries * layout.size());
   std::string head;
+  std::vector<Tag> seen;
   for (size_t l = 0; l < layout.size(); ++l) {
     const LayerConfig& d = p_.layers[l];
     const AttentionCache* cache = layout.attention(l);
@@ -212,7 +213,7 @@ LastForward Runner::ReadBack(const ForwardColumns& cols, const std::vector<int32
         head += ':';
         const QueryKey key{static_cast<int>(l), r, pos};
         if (cache) {
-          std::vector<Tag> seen = tags->Seen(r, col);
+          tags->Seen(r, col, &seen);  // reused unless kept
           std::string line;
           line.reserve(5 + head.size() + 8 * seen.size());
           line += "sees ";
