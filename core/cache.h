@@ -122,6 +122,9 @@ class Cache {
   virtual int64_t columns() const = 0;
   // Each row's next position (its real token count).
   virtual std::vector<int32_t> positions() const = 0;
+  // The same, without a copy (the invariant checks compare them after
+  // every operation).
+  virtual const std::vector<int32_t>& positionsRef() const = 0;
   RopeOffset ropeOffset() const;
 
   // Physical bytes one more token costs one row.

@@ -267,7 +267,7 @@ Status Layout::CheckLayer(size_t i) const {
                   LayerText(i) + ": cache of kind " + c.kind() +
                       " does not match the layer's configuration");
   }
-  if (c.positions() != layers_[0]->positions() || c.columns() != layers_[0]->columns()) {
+  if (c.positionsRef() != layers_[0]->positionsRef() || c.columns() != layers_[0]->columns()) {
     return Broken(kLayoutType, 3, LayerText(i) + " is out of step with layer 0");
   }
   // Compared with the first layer of its mask only: equal phases are
@@ -320,7 +320,7 @@ Status Layout::CheckRoundState() const {
       verify_real_.size() != (verified_ ? rows : 0)) {
     return Broken(kLayoutType, 6, "bad layout round state");
   }
-  const std::vector<int32_t> next = positions();
+  const std::vector<int32_t>& next = layers_[0]->positionsRef();
   for (int row = 0; row < rows_; ++row) {
     if ((!bypass_bound_.empty() && (bypass_bound_[row] < 0 || bypass_bound_[row] > next[row])) ||
         (verified_ && (verify_real_[row] < 0 || verify_real_[row] > next[row]))) {
@@ -358,10 +358,10 @@ Status Layout::CheckBeforeChange(const char* operation) const {
   } else if (masks_.size() != mask_capacity_.size() || mask_of_layer_.size() != layers_.size()) {
     s = Broken(kLayoutType, 5, "mask bookkeeping of the wrong size");
   }
-  const std::vector<int32_t> first = s.ok() ? layers_[0]->positions() : std::vector<int32_t>{};
   for (size_t i = 0; s.ok() && i < layers_.size(); ++i) {
     const Cache& c = *layers_[i];
-    if (c.rows() != rows_ || c.columns() != layers_[0]->columns() || c.positions() != first) {
+    if (c.rows() != rows_ || c.columns() != layers_[0]->columns() ||
+        c.positionsRef() != layers_[0]->positionsRef()) {
       s = Broken(kLayoutType, 3, LayerText(i) + " is out of step with layer 0");
     }
   }

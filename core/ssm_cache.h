@@ -99,6 +99,7 @@ class SsmCacheBase : public Cache {
   int rows() const override { return rows_; }
   int64_t columns() const override { return columns_; }
   std::vector<int32_t> positions() const override { return next_; }
+  const std::vector<int32_t>& positionsRef() const override { return next_; }
   size_t bytesPerToken() const override { return 0; }
   size_t allocatedBytes() const override;
   bool isTrimmable() const override { return false; }

@@ -1,7 +1,9 @@
 #include "fuzz/differential.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <system_error>
 #include <cstdlib>
 #include <sstream>
 #include <string_view>
@@ -148,7 +150,7 @@ std::string WithoutGotValues(const std::string& err) {
 
 // The next whitespace-separated token of `s` from *at (as `istream >>
 // std::string` reads it) into *token; false at the end.
-bool NextToken(std::string_view s, size_t* at, std::string* token) {
+bool NextToken(std::string_view s, size_t* at, std::string_view* token) {
   constexpr std::string_view kSpace = " \t\n\v\f\r";
   const size_t begin = s.find_first_not_of(kSpace, *at);
   if (begin == std::string_view::npos) {
@@ -156,35 +158,49 @@ bool NextToken(std::string_view s, size_t* at, std::string* token) {
     return false;
   }
   const size_t end = std::min(s.find_first_of(kSpace, begin), s.size());
-  token->assign(s.data() + begin, end - begin);
+  *token = s.substr(begin, end - begin);
   *at = end;
   return true;
 }
 
+// strtod of the whole token: *value and true when it reads all of it.
+// std::from_chars first (no copy, no locale; the same correctly rounded
+// value), std::strtod for whatever it does not read in full (a '+' sign,
+// hexadecimal, a value out of range), so the result is strtod's for every
+// token.
+bool ParseWhole(std::string_view token, double* value) {
+  const std::from_chars_result r = std::from_chars(token.data(), token.data() + token.size(),
+                                                   *value, std::chars_format::general);
+  if (r.ec == std::errc() && r.ptr == token.data() + token.size()) return true;
+  const std::string copy(token);
+  char* end = nullptr;
+  *value = std::strtod(copy.c_str(), &end);
+  return *end == '\0';
+}
+
 // Whether two `out LAYER rR pP: V..` lines name the same query and their
 // values agree within 1e-4 * (1 + |reference|); `ref` is the reference.
-bool SameOutLine(const std::string& fast, const std::string& ref, std::string* problem) {
+bool SameOutLine(std::string_view fast, std::string_view ref, std::string* problem) {
   const size_t colon = fast.find(':');
-  if (colon == std::string::npos || fast.compare(0, colon, ref, 0, ref.find(':')) != 0) {
+  if (colon == std::string_view::npos ||
+      fast.substr(0, colon) != ref.substr(0, std::min(ref.find(':'), ref.size()))) {
     *problem = "out lines name different queries";
     return false;
   }
-  const std::string_view va = std::string_view(fast).substr(colon + 1);
-  const std::string_view vb = std::string_view(ref).substr(ref.find(':') + 1);
+  const std::string_view va = fast.substr(colon + 1);
+  const std::string_view vb = ref.substr(ref.find(':') + 1);
   size_t at_a = 0, at_b = 0;
-  std::string ta, tb;
+  std::string_view ta, tb;
   while (NextToken(va, &at_a, &ta)) {
     if (!NextToken(vb, &at_b, &tb)) {
       *problem = "out value counts";
       return false;
     }
     // Values that are not numbers (nan, inf) must be printed the same.
-    char* end_a = nullptr;
-    char* end_b = nullptr;
-    const double x = std::strtod(ta.c_str(), &end_a);
-    const double y = std::strtod(tb.c_str(), &end_b);
-    const bool numbers = *end_a == '\0' && *end_b == '\0' && std::isfinite(x) &&
-                         std::isfinite(y);
+    double x = 0, y = 0;
+    const bool whole_a = ParseWhole(ta, &x);
+    const bool whole_b = ParseWhole(tb, &y);
+    const bool numbers = whole_a && whole_b && std::isfinite(x) && std::isfinite(y);
     if (numbers ? !(std::fabs(x - y) <= 1e-4 * (1 + std::fabs(y))) : ta != tb) {
       *problem = "out values beyond 1e-4 * (1 + |reference|)";
       return false;
@@ -377,16 +393,23 @@ std::string Compare(const RunnerOutcome& runner, const testing::ModelOutcome& mo
 }
 
 std::string CompareKernelSets(const RunnerOutcome& fast, const RunnerOutcome& ref) {
-  const std::vector<std::string> a = SplitLines(fast.out), b = SplitLines(ref.out);
-  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+  // Line by line over both outputs, as SplitLines would cut them.
+  const std::string_view a = fast.out, b = ref.out;
+  size_t at_a = 0, at_b = 0;
+  for (size_t i = 0;; ++i) {
     const auto where = [i] { return " (output line " + std::to_string(i + 1) + ")"; };
-    if (i >= a.size() || i >= b.size()) return "different numbers of output lines" + where();
-    const std::string& la = a[i];
-    const std::string& lb = b[i];
+    const bool more_a = at_a < a.size(), more_b = at_b < b.size();
+    if (!more_a && !more_b) break;
+    if (!more_a || !more_b) return "different numbers of output lines" + where();
+    const size_t end_a = std::min(a.find('\n', at_a), a.size());
+    const size_t end_b = std::min(b.find('\n', at_b), b.size());
+    const std::string_view la = a.substr(at_a, end_a - at_a);
+    const std::string_view lb = b.substr(at_b, end_b - at_b);
+    at_a = end_a + 1;
+    at_b = end_b + 1;
     std::string problem;
     if (StartsWith(la, "state ") && StartsWith(lb, "state ")) {
-      if (std::string_view(la).substr(0, la.rfind(' ')) !=
-          std::string_view(lb).substr(0, lb.rfind(' '))) {
+      if (la.substr(0, la.rfind(' ')) != lb.substr(0, lb.rfind(' '))) {
         return "state lines" + where();
       }
     } else if (StartsWith(la, "out ") && StartsWith(lb, "out ")) {

@@ -629,7 +629,8 @@ class MysteryCache final : public Cache {
   std::string kind() const override { return kind_; }
   int rows() const override { return 1; }
   int64_t columns() const override { return 0; }
-  std::vector<int32_t> positions() const override { return {0}; }
+  std::vector<int32_t> positions() const override { return positions_; }
+  const std::vector<int32_t>& positionsRef() const override { return positions_; }
   size_t bytesPerToken() const override { return 0; }
   size_t allocatedBytes() const override { return 0; }
   bool isTrimmable() const override { return true; }
@@ -640,6 +641,7 @@ class MysteryCache final : public Cache {
 
  private:
   std::string kind_;
+  std::vector<int32_t> positions_{0};
 };
 
 TEST(LifecycleProps, UnknownAndLyingKindsAreRefused) {

@@ -55,6 +55,8 @@ void TraceModel::Row::PadLastTokens(int32_t n) {
 
 std::vector<SeenItem> TraceModel::Row::Tokens(int32_t lo, int32_t hi) const {
   std::vector<SeenItem> items;
+  const int64_t span = std::max<int64_t>(0, int64_t{hi} - lo + 1);
+  items.reserve(std::min(columns.size(), static_cast<size_t>(span)));
   for (const Column& c : columns) {
     if (c.real && c.pos >= lo && c.pos <= hi) items.push_back(SeenItem{c.pos, c.id});
   }
@@ -323,10 +325,21 @@ StepResult TraceModel::Forward(const trace::WindowOp& st, bool decode) {
       for (int32_t p = end - real[r]; p < end; ++p) {
         const int32_t lo = layer.window == 0 ? 0 : std::max(0, p - layer.window + 1);
         std::vector<SeenItem> seen = s.rows[r].Tokens(lo, p);
-        std::string line = "sees " + layer.name + " r" + std::to_string(r) + " p" +
-                           std::to_string(p) + ":";
-        for (const SeenItem& item : seen) line += " " + ItemText(item);
-        if (print_) outcome_.out += line + "\n";
+        if (print_) {  // appended in place: no temporaries per item
+          std::string& out = outcome_.out;
+          out += "sees ";
+          out += layer.name;
+          out += " r";
+          out += std::to_string(r);
+          out += " p";
+          out += std::to_string(p);
+          out += ':';
+          for (const SeenItem& item : seen) {
+            out += ' ';
+            out += ItemText(item);
+          }
+          out += '\n';
+        }
         s.last_forward[QueryKey{static_cast<int>(l), static_cast<int>(r), p}] =
             std::move(seen);
       }

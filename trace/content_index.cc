@@ -153,9 +153,10 @@ std::vector<Tag> ContentIndex::Seen(int layer, const KvView& view, const Mask& m
   return seen;
 }
 
-std::vector<Tag> SlotTags::Seen(int row, int32_t query) {
+void SlotTags::Seen(int row, int32_t query, std::vector<Tag>* seen) {
   auto& sorted = by_tag_[static_cast<size_t>(row)];
   if (sorted.empty()) {
+    sorted.reserve(static_cast<size_t>(mask_.slots));
     const int32_t* pos = mask_.slot_pos + static_cast<size_t>(row) * mask_.slot_stride;
     for (int32_t slot = 0; slot < mask_.slots; ++slot) {
       // A slot without a position is admitted by no query.
@@ -164,10 +165,16 @@ std::vector<Tag> SlotTags::Seen(int row, int32_t query) {
     std::stable_sort(sorted.begin(), sorted.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
   }
-  std::vector<Tag> seen;
+  seen->clear();
+  seen->reserve(sorted.size());  // one allocation: at most every slot is admitted
   for (const auto& [tag, slot] : sorted) {
-    if (mask_.Admits(row, query, slot)) seen.push_back(tag);
+    if (mask_.Admits(row, query, slot)) seen->push_back(tag);
   }
+}
+
+std::vector<Tag> SlotTags::Seen(int row, int32_t query) {
+  std::vector<Tag> seen;
+  Seen(row, query, &seen);
   return seen;
 }
 

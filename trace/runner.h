@@ -116,6 +116,8 @@ class SlotTags {
         by_tag_(static_cast<size_t>(mask.rows)) {}
   // The sorted tags of the slots the mask admits for (row, query).
   std::vector<Tag> Seen(int row, int32_t query);
+  // The same into *seen (cleared first; its storage is reused).
+  void Seen(int row, int32_t query, std::vector<Tag>* seen);
 
  private:
   const ContentIndex& index_;

@@ -184,6 +184,12 @@ LastForward Runner::ReadBack(const ForwardColumns& cols, const std::vector<int32
   const size_t L = static_cast<size_t>(cols.columns);
   LastForward last;
   last.valid = true;
+  size_t queries = 0;
+  for (int r = 0; r < layout.rows(); ++r) queries += static_cast<size_t>(cols.Real(r));
+  lines->sees.reserve(queries * layout.size());
+  if (opt_.values) lines->outs.reserve(queries * layout.size());
+  std::string head;
+  std::vector<Tag> seen;
   for (size_t l = 0; l < layout.size(); ++l) {
     const LayerConfig& d = p_.layers[l];
     const AttentionCache* cache = layout.attention(l);
@@ -199,21 +205,37 @@ LastForward Runner::ReadBack(const ForwardColumns& cols, const std::vector<int32
       for (int32_t j = 0; j < cols.Real(r); ++j) {
         const int32_t col = cols.left[r] + j;
         const int32_t pos = before[r] + j;
-        const std::string head = d.name + " r" + std::to_string(r) + " p" +
-                                 std::to_string(pos) + ":";
+        // "LAYER rR pP:", built in place (this runs for every query).
+        head.assign(d.name);
+        head += " r";
+        AppendInt(&head, r);
+        head += " p";
+        AppendInt(&head, pos);
+        head += ':';
         const QueryKey key{static_cast<int>(l), r, pos};
         if (cache) {
-          std::vector<Tag> seen = tags->Seen(r, col);
-          lines->sees.push_back("sees " + head + JoinTags(seen));
+          tags->Seen(r, col, &seen);  // reused unless kept
+          std::string line;
+          line.reserve(5 + head.size() + 8 * seen.size());
+          line += "sees ";
+          line += head;
+          AppendTags(&line, seen);
+          lines->sees.push_back(std::move(line));
           if (keep_sees_) last.sees[key] = std::move(seen);
         }
         if (cache && !opt_.values) continue;  // no attention outputs computed
         const float* ov = &buffers.o[l][(r * L + static_cast<size_t>(col)) * per];
-        std::vector<float> values(ov, ov + per);
-        std::string line = "out " + head;
-        for (float value : values) line += " " + FormatValue(value);
-        lines->outs.push_back(line);
-        last.outs[key] = std::move(values);
+        last.outs[key].assign(ov, ov + per);
+        if (!opt_.values) continue;  // `out` lines are printed only with values
+        std::string line;
+        line.reserve(4 + head.size() + 16 * per);
+        line += "out ";
+        line += head;
+        for (size_t i = 0; i < per; ++i) {
+          line += ' ';
+          AppendValue(&line, ov[i]);
+        }
+        lines->outs.push_back(std::move(line));
       }
     }
   }

@@ -64,8 +64,14 @@ struct ForwardLines {
 
 // "%.9g" of v: what `out` lines print.
 std::string FormatValue(float v);
+// Appends FormatValue(v) to *s.
+void AppendValue(std::string* s, float v);
 // " t0 t1 ..": each tag preceded by a blank.
 std::string JoinTags(const std::vector<Tag>& tags);
+// Appends JoinTags(tags) to *s.
+void AppendTags(std::string* s, const std::vector<Tag>& tags);
+// Appends the decimal digits of v to *s (as std::to_string).
+void AppendInt(std::string* s, int32_t v);
 std::string JoinInts(const std::vector<int32_t>& v, char sep = ',');
 
 // Runs one program statement by statement against the real core. Layouts
