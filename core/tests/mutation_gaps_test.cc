@@ -358,6 +358,44 @@ TEST(LayoutRounds, NegativeAcceptIsRefusedByTheLayout) {
   EXPECT_TRUE(layout->Accept({3}).ok());
 }
 
+// A bypass trim is valid only right after a window (TRACE.md, precise rule
+// 3): after a decode the layout holds no bypass bound at all. Its persisted
+// state is the same as after forgetting the bound (what a trace's reload
+// does), and a bypass trim, of any count, is refused by the layout itself,
+// before any layer is asked (the message names no layer), changing
+// nothing. A window after the decode makes it valid again.
+TEST(LayoutTrims, BypassTrimRightAfterADecodeIsRefusedByTheLayout) {
+  LayerConfig kv, ring;
+  kv.name = "a";
+  ring.name = "r";
+  ring.kind = CacheKind::kRotating;
+  ring.window = 2;
+  ring.capacity = 4;
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(2, {kv, ring}, &layout).ok());
+  const auto x = Filled(2 * 3 * 4, 0.5f);
+  const AttentionIO io(x.data(), x.data(), x.data(), nullptr);
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(2, 3), {io, io}).ok());
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(2, 1, /*decode=*/true), {io, io}).ok());
+  std::string encoded, forgotten;
+  ASSERT_TRUE(EncodeLayout(*layout, &encoded).ok());
+  std::unique_ptr<Layout> reloaded = layout->Copy();
+  reloaded->ForgetBypassBound();
+  ASSERT_TRUE(EncodeLayout(*reloaded, &forgotten).ok());
+  EXPECT_TRUE(encoded == forgotten) << "a decode left a bypass bound in the encoded layout";
+  const uint64_t before = layout->StateHash();
+  for (int32_t n : {0, 1}) {
+    const Status s = layout->Trim(n, /*bypass=*/true);
+    EXPECT_FALSE(s.ok()) << "trim " << n << " bypass after a decode";
+    EXPECT_EQ(s.message(), "trim bypass is only valid right after a window");
+    EXPECT_EQ(layout->StateHash(), before);
+  }
+  EXPECT_EQ(layout->positions(), (std::vector<int32_t>{4, 4}));
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(2, 2), {io, io}).ok());
+  EXPECT_TRUE(layout->Trim(1, /*bypass=*/true).ok());
+  EXPECT_EQ(layout->positions(), (std::vector<int32_t>{5, 5}));
+}
+
 // Layouts join only with the same layer list: a layer of another head dim
 // is named as the difference.
 TEST(LayoutJoin, ALayerOfAnotherDimIsRefusedByName) {
