@@ -612,6 +612,54 @@ TEST(TraceRunnerLimits, ReloadNeedsRoomForTwoCopies) {
       << err.str();
 }
 
+// The runner holds the tags each query saw in the last forward only for a
+// trace that reads them (`expect sees`): the smallest budget that runs a
+// trace with an `expect sees` exceeds the one of the same trace without it,
+// by at least those tags (one per seen pair of the window's 32 queries).
+// Copies made after the forward (forks) decide both budgets, not the
+// forward's own read-back.
+TEST(TraceRunnerLimits, SeenTagsAreHeldOnlyForATraceThatReadsThem) {
+  const std::string window = "trace 1\nrows 1\nlayer a kv heads=8 dim=256\nwindow 32\n";
+  const std::string forks = "fork b\nfork c\nfork d\n";
+  const size_t without = SmallestBudget(window + forks);
+  const size_t with = SmallestBudget(window + "expect sees a r0 p0: 0\n" + forks);
+  const size_t pairs = 32 * 33 / 2;
+  EXPECT_GE(with, without + pairs * sizeof(trace::Tag)) << "without " << without;
+  // The forks decide: one fork less needs less in both.
+  EXPECT_LT(SmallestBudget(window + "fork b\nfork c\n"), without);
+}
+
+// A program built in code may hold fewer source lines than its statements
+// name: `--emit` echoes only the lines it has and reads none past them, also
+// when a refused statement past them stops the run there.
+TEST(TraceRunnerEmit, EchoesOnlyTheSourceLinesItHas) {
+  const std::string text = "trace 1\nrows 1\nlayer a kv\nwindow 2\ntrim 3\n";
+  trace::Program program;
+  trace::SyntaxError error;
+  ASSERT_TRUE(trace::ParseTrace(text, "built.trace", &program, &error)) << error.ToString();
+  trace::RunOptions options;
+  options.emit = true;
+  {
+    std::ostringstream out, err;
+    EXPECT_EQ(trace::RunProgram(program, options, out, err), 1);
+    EXPECT_NE(err.str().find("built.trace:5: error: "), std::string::npos) << err.str();
+    EXPECT_EQ(out.str(), "trace 1\nrows 1\nlayer a kv\nwindow 2\nexpect sees a r0 p0: 0\n"
+                         "expect sees a r0 p1: 0 1\nexpect positions 2\ntrim 3\n");
+  }
+  program.lines.resize(3);  // the header only
+  {
+    std::ostringstream out, err;
+    EXPECT_EQ(trace::RunProgram(program, options, out, err), 1);
+    EXPECT_EQ(out.str(), "trace 1\nrows 1\nlayer a kv\n");
+  }
+  std::vector<std::string>().swap(program.lines);  // no text at all
+  {
+    std::ostringstream out, err;
+    EXPECT_EQ(trace::RunProgram(program, options, out, err), 1);
+    EXPECT_EQ(out.str(), "");
+  }
+}
+
 // With save_reloads_dir, every reload writes the encoded layout to
 // DIR/<file name>.<line>.kvsl, and the file decodes.
 TEST(TraceRunnerReloads, SavedLayoutsAreWritten) {
