@@ -234,6 +234,17 @@ TEST(Invariants, CorruptedLayoutsFail) {
   std::unique_ptr<Layout> step = layout->Copy();
   Access::Layers(*step)[0] = std::make_unique<KvCache>(1, 4);  // an empty layer 0
   ExpectBroken(step->CheckInvariants(), "Layout invariant 3");
+  // Every change checks the layout first: on a broken one it is refused,
+  // naming the operation and the invariant, and changes nothing.
+  const uint64_t broken = step->StateHash();
+  const Status trim = step->Trim(0, /*bypass=*/false);
+  ExpectBroken(trim, "Layout invariant 3");
+  EXPECT_NE(trim.message().find("Layout::Trim refused"), std::string::npos) << trim.message();
+  const Status arm = step->Arm();
+  ExpectBroken(arm, "Layout invariant 3");
+  EXPECT_NE(arm.message().find("Layout::Arm refused"), std::string::npos) << arm.message();
+  EXPECT_EQ(step->StateHash(), broken);
+  EXPECT_FALSE(step->armed());
 
   std::unique_ptr<Layout> bound = layout->Copy();
   Access::BypassBound(*bound) = {4};  // beyond the 3 tokens held
