@@ -237,6 +237,35 @@ TEST(CodecDamage, LayoutRefusesARingConfigOfAnotherWindow) {
       << s.message();
 }
 
+// A layer's cache that does not decode is refused with its own reason
+// (here an unknown kind), named by layer, not as trailing bytes.
+TEST(CodecDamage, ALayerCacheThatDoesNotDecodeIsRefusedForItsReason) {
+  LayerConfig kv;
+  kv.name = "a";
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(1, {kv}, &layout).ok());
+  const auto x = Filled(2 * 4, 0.5f);
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(1, 2),
+                              {AttentionIO(x.data(), x.data(), x.data(), nullptr)})
+                  .ok());
+  std::string bytes;
+  ASSERT_TRUE(EncodeLayout(*layout, &bytes).ok());
+  const size_t cache = bytes.find("KVSC");
+  ASSERT_NE(cache, std::string::npos);
+  const uint32_t length = Get<uint32_t>(bytes, cache + 8);
+  const std::string kind = bytes.substr(cache + 12, length);
+  ASSERT_TRUE(HasCodec(kind)) << kind;
+  bytes[cache + 12] = 'Q';  // an unknown kind of the same length
+  std::unique_ptr<Layout> back;
+  const Status s = DecodeLayout(bytes, &back);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("layer 0"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("no codec for cache kind 'Q" + kind.substr(1) + "'"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(s.message().find("trailing bytes"), std::string::npos) << s.message();
+}
+
 // The bypass-trim bound of a row lies in [0, its next position]: a negative
 // bound is refused.
 TEST(CodecDamage, LayoutRefusesANegativeBypassBound) {
@@ -693,6 +722,69 @@ TEST(TraceRunnerFiles, UnreadableFileIsReported) {
   EXPECT_EQ(trace::RunTraceFile(path, trace::RunOptions(), out, err), 2);
   EXPECT_EQ(err.str(), path + ":1:1: cannot open file\n");
   EXPECT_EQ(out.str(), "");
+}
+
+// A trace file over the 4 MiB cap is refused as a limit (exit 2), naming
+// the cap; one of exactly 4 MiB is read.
+TEST(TraceRunnerFiles, AFileOverFourMiBIsRefusedNamingTheCap) {
+  namespace fs = std::filesystem;
+  const fs::path path =
+      fs::path(::testing::TempDir()) / ("kvspec_large_" + std::to_string(::getpid()) + ".trace");
+  const std::string head = "trace 1\nrows 1\nlayer a kv\nwindow 1\n";
+  std::string text = head + std::string((size_t{4} << 20) - head.size() - 1, '#') + "\n";
+  ASSERT_EQ(text.size(), size_t{4} << 20);
+  for (const bool over : {false, true}) {
+    if (over) text += "\n";
+    {
+      std::ofstream file(path, std::ios::binary);
+      file << text;
+    }
+    std::ostringstream out, err;
+    const int code = trace::RunTraceFile(path.string(), trace::RunOptions(), out, err);
+    if (over) {
+      EXPECT_EQ(code, 2);
+      EXPECT_EQ(err.str(), path.string() + ":1:1: file larger than 4 MiB\n");
+    } else {
+      EXPECT_EQ(code, 0) << err.str();
+    }
+  }
+  fs::remove(path);
+}
+
+// `expect out` compares every value of the query's output: a wrong value
+// anywhere in the list fails the expectation, naming its line.
+TEST(TraceRunnerExpect, ExpectOutComparesEveryValue) {
+  const std::string text = "trace 1\nrows 1\nlayer a kv dim=4\nwindow 2\n";
+  trace::RunOptions options;
+  options.values = true;
+  options.emit = true;
+  std::ostringstream emitted, err;
+  ASSERT_EQ(trace::RunTraceText(text, "out.trace", options, emitted, err), 0) << err.str();
+  std::string expect;
+  std::istringstream lines(emitted.str());
+  for (std::string l; std::getline(lines, l);) {
+    if (l.rfind("expect out a r0 p1:", 0) == 0) expect = l;
+  }
+  ASSERT_FALSE(expect.empty()) << emitted.str();
+  std::vector<std::string> words;
+  std::istringstream split(expect);
+  for (std::string w; split >> w;) words.push_back(w);
+  ASSERT_EQ(words.size(), 5u + 4u);  // expect out a r0 p1: and 4 values
+  options.emit = false;
+  for (size_t changed = 4; changed < words.size(); ++changed) {  // 4: none
+    std::string line;
+    for (size_t w = 0; w < words.size(); ++w) {
+      line += (w ? " " : "") + (w == changed && changed > 4 ? std::string("1000") : words[w]);
+    }
+    std::ostringstream out, fail;
+    const int code = trace::RunTraceText(text + line + "\n", "out.trace", options, out, fail);
+    if (changed == 4) {
+      EXPECT_EQ(code, 0) << line << "\n" << fail.str();  // unchanged
+    } else {
+      EXPECT_EQ(code, 1) << "value " << changed - 5 << " changed: " << line;
+      EXPECT_NE(fail.str().find("out.trace:5:"), std::string::npos) << fail.str();
+    }
+  }
 }
 
 }  // namespace
