@@ -9,6 +9,7 @@
 // expectations apart, and on the same traces with every line indented.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -108,6 +109,23 @@ TEST(SourceLines, EveryEchoedLineMapsToTheLineItEchoes) {
     }
   }
   for (int v = 0; v < 3; ++v) EXPECT_GT(checked[v], 20) << "variant " << v;
+}
+
+// JSON strings escape every control character (U+0000..U+001F) as \u00XX
+// and pass every other byte through: a file name holding each of them.
+TEST(ProgramToJson, EveryControlCharacterIsEscaped) {
+  Program p;
+  for (int c = 1; c <= 0x20; ++c) p.file += static_cast<char>(c);
+  std::string json = ProgramToJson(p);
+  ASSERT_EQ(json.back(), '\n');  // the document's own newline
+  json.pop_back();
+  for (int c = 1; c < 0x20; ++c) {
+    char escaped[8];
+    std::snprintf(escaped, sizeof(escaped), "\\u%04x", c);
+    EXPECT_NE(json.find(escaped), std::string::npos) << escaped;
+    EXPECT_EQ(json.find(static_cast<char>(c)), std::string::npos) << "raw byte " << c;
+  }
+  EXPECT_NE(json.find("\\u001f \""), std::string::npos) << json;  // the blank is not escaped
 }
 
 }  // namespace
