@@ -73,7 +73,7 @@ class AttentionCache : public Cache {
 // columns in a physical buffer of S slots used as a ring. The held columns
 // are the most recent ones, in logical order from slot first_ onwards
 // (wrapping). A plain cache (ring_capacity 0) never overwrites: its buffer
-// grows geometrically. A ring of capacity M >= window W overwrites its
+// grows geometrically: to max(needed, S + S / 2, 16) slots when an append needs more than S. A ring of capacity M >= window W overwrites its
 // oldest columns but always keeps what the next forward's earliest query
 // needs: the columns holding every row's last W - 1 real tokens (more than
 // W - 1 columns when pad columns sit between them; all of a row's tokens

@@ -358,6 +358,56 @@ TEST_P(AttentionTargets, ChunkedDecodeIsBitIdenticalOnAnyThreadCount) {
   EXPECT_GE(split, 10);
 }
 
+// Flash-decoding merges the chunks' partials scaled by exp(chunk max -
+// overall max), the overall max taken over every chunk: a decode whose
+// scores rise across 4 chunks (score of slot t = t, so the last chunk's
+// maximum exceeds the first two chunks' by 128, past exp's float range)
+// stays finite and within the tolerance of the reference, on any pool.
+TEST_P(AttentionTargets, ChunkedDecodeWithScoresRisingAcrossChunks) {
+  constexpr int32_t kSlots = 4 * kAttendChunkMultiple;
+  constexpr int kDim = 4;
+  std::vector<float> k(kSlots * kDim, 0.0f), v(kSlots * kDim), q = {32.0f, 0.0f, 0.0f, 0.0f};
+  std::vector<int32_t> pos(kSlots);
+  for (int32_t t = 0; t < kSlots; ++t) {
+    k[t * kDim] = static_cast<float>(t) / 16.0f;  // q.k / sqrt(dim) = t
+    for (int i = 0; i < kDim; ++i) v[t * kDim + i] = static_cast<float>((t * (i + 3)) % 11) - 5.0f;
+    pos[t] = t;
+  }
+  KvView kv;
+  kv.k = k.data();
+  kv.v = v.data();
+  kv.head_stride = kv.row_stride = static_cast<size_t>(kSlots) * kDim;
+  kv.rows = 1;
+  kv.kv_heads = 1;
+  kv.dim = kDim;
+  kv.slot_pos = pos.data();
+  kv.slot_stride = kv.slots = kSlots;
+  Mask mask;
+  mask.window = kNoWindow;
+  mask.rows = mask.queries = 1;
+  mask.slot_pos = pos.data();
+  mask.slot_stride = mask.slots = kSlots;
+  mask.query_pos = {kSlots};
+  mask.lo = {0};
+  mask.hi = {kSlots};
+  std::vector<float> expected(kDim, -1.0f);
+  AttendReference(q.data(), 1, kv, mask, expected.data());
+  ThreadPool pool(2);
+  for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    AttendOptions options;
+    options.chunk = kAttendChunkMultiple;
+    options.pool = p;
+    std::vector<float> out(kDim, 7.0f);
+    AttendWith(q.data(), 1, kv, mask, out.data(), options);
+    for (int i = 0; i < kDim; ++i) {
+      EXPECT_TRUE(std::isfinite(out[i])) << "target " << AttentionTargetName() << " lane " << i;
+      EXPECT_LE(std::fabs(out[i] - expected[i]), kAttentionTolerance * (1 + std::fabs(expected[i])))
+          << "target " << AttentionTargetName() << " lane " << i << ": expected " << expected[i]
+          << ", actual " << out[i];
+    }
+  }
+}
+
 KVSPEC_FOR_EACH_TARGET(AttentionTargets);
 
 }  // namespace

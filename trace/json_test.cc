@@ -6,9 +6,10 @@
 // original line -- statements, comments, blank lines -- has exactly one
 // echo, mapped to it. Checked on the corpus's traces with a blank line and
 // a comment after every statement, which put a forward and its
-// expectations apart.
+// expectations apart, and on the same traces with every line indented.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -60,22 +61,39 @@ std::string WithInserted(const std::string& text, const std::string& inserted) {
   return original;
 }
 
+// The text with every non-empty line indented, by blanks and tabs in turn
+// (the parser reads words separated by either, leading ones included).
+std::string Indented(const std::string& text) {
+  std::string indented;
+  int n = 0;
+  for (const std::string& l : Lines(text)) {
+    if (!l.empty()) indented += (n++ % 2 == 0) ? "  " : "\t ";
+    indented += l + "\n";
+  }
+  return indented;
+}
+
 TEST(SourceLines, EveryEchoedLineMapsToTheLineItEchoes) {
   const std::string folder = std::string(KVSPEC_SOURCE_DIR) + "/corpus/traces";
-  int checked = 0;
+  int checked[3] = {0, 0, 0};  // traces checked per variant
   for (const auto& entry : std::filesystem::directory_iterator(folder)) {
     if (entry.path().extension() != ".trace") continue;
     std::ifstream f(entry.path());
     std::stringstream text;
     text << f.rdbuf();
-    // A blank line after every statement; or a comment, then a blank line.
-    for (const char* inserted : {"\n", "\n# a comment\n"}) {
-      const std::string original = WithInserted(text.str(), inserted);
+    // A blank line after every statement; or a comment, then a blank line;
+    // or a blank line after every statement and every line indented (so
+    // are the expectations the emitter drops).
+    const std::string variants[3] = {WithInserted(text.str(), "\n"),
+                                     WithInserted(text.str(), "\n# a comment\n"),
+                                     Indented(WithInserted(text.str(), "\n"))};
+    for (int v = 0; v < 3; ++v) {
+      const std::string& original = variants[v];
       RunOptions options;
       options.emit = true;
       std::ostringstream emitted, err;
       if (RunTraceText(original, entry.path().string(), options, emitted, err) != 0) continue;
-      ++checked;
+      ++checked[v];
       const std::vector<std::string> from = Lines(original), to = Lines(emitted.str());
       const std::vector<int> map = SourceLines(original, emitted.str());
       ASSERT_EQ(map.size(), to.size()) << entry.path();
@@ -90,7 +108,24 @@ TEST(SourceLines, EveryEchoedLineMapsToTheLineItEchoes) {
       }
     }
   }
-  EXPECT_GT(checked, 20);
+  for (int v = 0; v < 3; ++v) EXPECT_GT(checked[v], 20) << "variant " << v;
+}
+
+// JSON strings escape every control character (U+0000..U+001F) as \u00XX
+// and pass every other byte through: a file name holding each of them.
+TEST(ProgramToJson, EveryControlCharacterIsEscaped) {
+  Program p;
+  for (int c = 1; c <= 0x20; ++c) p.file += static_cast<char>(c);
+  std::string json = ProgramToJson(p);
+  ASSERT_EQ(json.back(), '\n');  // the document's own newline
+  json.pop_back();
+  for (int c = 1; c < 0x20; ++c) {
+    char escaped[8];
+    std::snprintf(escaped, sizeof(escaped), "\\u%04x", c);
+    EXPECT_NE(json.find(escaped), std::string::npos) << escaped;
+    EXPECT_EQ(json.find(static_cast<char>(c)), std::string::npos) << "raw byte " << c;
+  }
+  EXPECT_NE(json.find("\\u001f \""), std::string::npos) << json;  // the blank is not escaped
 }
 
 }  // namespace

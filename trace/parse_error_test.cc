@@ -81,6 +81,9 @@ TEST(TraceParseErrorTest, LayerDeclarations) {
                       "repeated key 'qheads'"));
   EXPECT_TRUE(FailsAt(h + "layer a kv\nlayer b ssm\nlayer a rotating window=2\n",
                       5, 7, "duplicate layer name 'a' (declared on line 3)"));
+  // A name repeated among later layers: every earlier layer is compared.
+  EXPECT_TRUE(FailsAt(h + "layer a kv\nlayer b ssm\nlayer c kv\nlayer b kv\n", 6, 7,
+                      "duplicate layer name 'b' (declared on line 4)"));
   EXPECT_TRUE(FailsAt(h + "layer a kv\narm\nlayer b kv\n", 5, 1,
                       "`layer` must come before the first operation"));
   EXPECT_TRUE(FailsAt(h + "layer a kv foo=1\n", 3, 12, "unknown key 'foo'"));

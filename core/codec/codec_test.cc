@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/codec/codec.h"
+#include "core/kv_cache.h"
 #include "core/layout.h"
 #include "core/ssm_cache.h"
 #include "trace/runner.h"
@@ -254,6 +255,38 @@ TEST(Codec, RefusesOtherMagicVersionsAndKinds) {
   EXPECT_FALSE(HasCodec("Batched_kv"));
   EXPECT_FALSE(HasCodec(""));
   EXPECT_TRUE(HasCodec("batched_ssm"));
+}
+
+// A column store of a kind the codec does not know (a user's own cache
+// built on ColumnStore, as the kv and rotating caches are) is refused by
+// EncodeCache, naming its kind, and nothing is written: the codec encodes
+// only the kinds it can decode.
+class PagedKvCache final : public WithKind<PagedKvCache, ColumnStore> {
+ public:
+  static constexpr std::string_view kKind = "paged_kv";
+  PagedKvCache() : WithKind(1, 1, 2, kNoWindow, 0) {}
+  std::unique_ptr<Cache> Copy() const override { return std::make_unique<PagedKvCache>(*this); }
+};
+
+TEST(Codec, AColumnStoreOfAnUnknownKindIsNotEncoded) {
+  PagedKvCache paged;
+  const std::vector<float> x = {1.0f, 2.0f, 3.0f, 4.0f};
+  ASSERT_TRUE(paged.Append(ForwardColumns::Dense(1, 2), x.data(), x.data()).ok());
+  ASSERT_NE(paged.AsColumnStore(), nullptr);
+  ASSERT_FALSE(HasCodec(paged.kind()));
+  std::string bytes = "untouched";
+  const Status s = EncodeCache(paged, &bytes);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("no codec for cache kind 'paged_kv'"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(bytes, "untouched");
+  // The same store under a kind the codec knows is encoded.
+  KvCache kv(1, 2);
+  ASSERT_TRUE(kv.Append(ForwardColumns::Dense(1, 2), x.data(), x.data()).ok());
+  EXPECT_TRUE(EncodeCache(kv, &bytes).ok());
+  std::unique_ptr<Cache> back;
+  ASSERT_TRUE(DecodeCache(bytes, &back).ok());
+  EXPECT_EQ(back->kind(), "kv");
 }
 
 }  // namespace

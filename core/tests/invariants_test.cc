@@ -25,6 +25,9 @@ struct InvariantsTestAccess {
   static std::vector<int32_t>& Next(ColumnStore& c) { return c.next_; }
   static std::vector<uint8_t>& Active(SsmCacheBase& c) { return c.active_; }
   static bool& Verified(SsmCacheBase& c) { return c.verified_; }
+  static std::vector<uint8_t>& Snapshots(SsmCacheBase& c) { return c.snapshot_; }
+  static std::vector<int32_t>& RoundReal(SsmCacheBase& c) { return c.round_real_; }
+  static std::vector<std::vector<float>>& Records(SsmCacheBase& c) { return c.record_; }
   static std::vector<std::unique_ptr<Cache>>& Layers(Layout& l) { return l.layers_; }
   static std::vector<int32_t>& BypassBound(Layout& l) { return l.bypass_bound_; }
   static std::vector<int>& MaskOfLayer(Layout& l) { return l.mask_of_layer_; }
@@ -182,6 +185,17 @@ TEST(Invariants, CorruptedColumnStoresFail) {
   BatchedKvCache next = c;
   Access::Next(next)[1] = 4;  // more tokens than columns
   ExpectBroken(next.CheckInvariants(), "ColumnStore invariant 6");
+
+  // A negative next position is outside [0, columns] too: in a row that
+  // holds tokens (whose slot positions then also exceed it) and in an
+  // empty cache (where nothing else could notice it).
+  BatchedKvCache negative = c;
+  Access::Next(negative)[0] = -1;
+  ExpectBroken(negative.CheckInvariants(), "ColumnStore invariant 6");
+  BatchedKvCache empty(2, 1, 2);
+  ASSERT_TRUE(empty.CheckInvariants().ok());
+  Access::Next(empty)[1] = -2;
+  ExpectBroken(empty.CheckInvariants(), "ColumnStore invariant 6");
 }
 
 TEST(Invariants, CorruptedRecurrentCachesFail) {
@@ -193,6 +207,22 @@ TEST(Invariants, CorruptedRecurrentCachesFail) {
   SsmCache verified = c;
   Access::Verified(verified) = true;  // a verify forward without a round
   ExpectBroken(verified.CheckInvariants(), "SsmCacheBase invariant 4");
+
+  // An armed round keeps one snapshot, one round size and one record per
+  // row: each list of the wrong length breaks invariant 4 (the round's
+  // shape), named as such, before any row's round (invariant 5) is read.
+  BatchedSsmCache armed(2, SsmShape{});
+  ASSERT_TRUE(armed.ArmRound().ok());
+  ASSERT_TRUE(armed.CheckInvariants().ok()) << armed.CheckInvariants().message();
+  BatchedSsmCache snapshots = armed;
+  Access::Snapshots(snapshots).pop_back();
+  ExpectBroken(snapshots.CheckInvariants(), "SsmCacheBase invariant 4");
+  BatchedSsmCache sizes = armed;
+  Access::RoundReal(sizes).push_back(0);
+  ExpectBroken(sizes.CheckInvariants(), "SsmCacheBase invariant 4");
+  BatchedSsmCache records = armed;
+  Access::Records(records).pop_back();
+  ExpectBroken(records.CheckInvariants(), "SsmCacheBase invariant 4");
 }
 
 TEST(Invariants, CorruptedLayoutsFail) {
@@ -204,6 +234,17 @@ TEST(Invariants, CorruptedLayoutsFail) {
   std::unique_ptr<Layout> step = layout->Copy();
   Access::Layers(*step)[0] = std::make_unique<KvCache>(1, 4);  // an empty layer 0
   ExpectBroken(step->CheckInvariants(), "Layout invariant 3");
+  // Every change checks the layout first: on a broken one it is refused,
+  // naming the operation and the invariant, and changes nothing.
+  const uint64_t broken = step->StateHash();
+  const Status trim = step->Trim(0, /*bypass=*/false);
+  ExpectBroken(trim, "Layout invariant 3");
+  EXPECT_NE(trim.message().find("Layout::Trim refused"), std::string::npos) << trim.message();
+  const Status arm = step->Arm();
+  ExpectBroken(arm, "Layout invariant 3");
+  EXPECT_NE(arm.message().find("Layout::Arm refused"), std::string::npos) << arm.message();
+  EXPECT_EQ(step->StateHash(), broken);
+  EXPECT_FALSE(step->armed());
 
   std::unique_ptr<Layout> bound = layout->Copy();
   Access::BypassBound(*bound) = {4};  // beyond the 3 tokens held

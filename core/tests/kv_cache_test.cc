@@ -117,6 +117,33 @@ TEST(KvCache, RaggedDropTurnsExtraTipsIntoPadding) {
   EXPECT_EQ(v.slot_pos[1 * v.slot_stride + 2], -1);
 }
 
+// A plain cache's buffer grows geometrically (core/kv_cache.h): when an
+// append needs more slots than the buffer has, to max(needed, 1.5 x its
+// slots, 16). One token at a time, the buffer is reallocated at 16, 24, 36,
+// 54, 81, 121 and 181 slots and at no other append; a window that needs
+// more than that gets exactly what it needs.
+TEST(KvCache, PlainBufferGrowsByHalfItsSlotsFromSixteen) {
+  const auto x = Filled(200 * 4, 0.5f);
+  KvCache c(1, 2);  // 1 row: 16 bytes of keys and values and 4 of position per slot
+  const size_t per_slot = c.bytesPerToken() + sizeof(int32_t);
+  EXPECT_EQ(c.allocatedBytes(), 0u);
+  std::vector<size_t> sizes;
+  for (int i = 0; i < 150; ++i) {
+    ASSERT_TRUE(c.Append(ForwardColumns::Dense(1, 1, /*decode=*/true), x.data(), x.data()).ok());
+    const size_t slots = c.allocatedBytes() / per_slot;
+    ASSERT_EQ(c.allocatedBytes(), slots * per_slot);
+    if (sizes.empty() || sizes.back() != slots) sizes.push_back(slots);
+  }
+  EXPECT_EQ(sizes, (std::vector<size_t>{16, 24, 36, 54, 81, 121, 181}));
+  KvCache w(1, 2);
+  ASSERT_TRUE(w.Append(ForwardColumns::Dense(1, 40), x.data(), x.data()).ok());
+  EXPECT_EQ(w.allocatedBytes(), 40 * per_slot);
+  ASSERT_TRUE(w.Append(ForwardColumns::Dense(1, 1, /*decode=*/true), x.data(), x.data()).ok());
+  EXPECT_EQ(w.allocatedBytes(), 60 * per_slot);
+  ASSERT_TRUE(w.Append(ForwardColumns::Dense(1, 30), x.data(), x.data()).ok());
+  EXPECT_EQ(w.allocatedBytes(), 90 * per_slot);  // 1.5 x 60 holds the 71 needed
+}
+
 TEST(KvCache, CopyIsDeep) {
   KvCache a(1, 2);
   const auto k = Filled(2 * 2, 1.0f);

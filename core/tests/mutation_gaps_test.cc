@@ -237,6 +237,35 @@ TEST(CodecDamage, LayoutRefusesARingConfigOfAnotherWindow) {
       << s.message();
 }
 
+// A layer's cache that does not decode is refused with its own reason
+// (here an unknown kind), named by layer, not as trailing bytes.
+TEST(CodecDamage, ALayerCacheThatDoesNotDecodeIsRefusedForItsReason) {
+  LayerConfig kv;
+  kv.name = "a";
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(1, {kv}, &layout).ok());
+  const auto x = Filled(2 * 4, 0.5f);
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(1, 2),
+                              {AttentionIO(x.data(), x.data(), x.data(), nullptr)})
+                  .ok());
+  std::string bytes;
+  ASSERT_TRUE(EncodeLayout(*layout, &bytes).ok());
+  const size_t cache = bytes.find("KVSC");
+  ASSERT_NE(cache, std::string::npos);
+  const uint32_t length = Get<uint32_t>(bytes, cache + 8);
+  const std::string kind = bytes.substr(cache + 12, length);
+  ASSERT_TRUE(HasCodec(kind)) << kind;
+  bytes[cache + 12] = 'Q';  // an unknown kind of the same length
+  std::unique_ptr<Layout> back;
+  const Status s = DecodeLayout(bytes, &back);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("layer 0"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("no codec for cache kind 'Q" + kind.substr(1) + "'"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(s.message().find("trailing bytes"), std::string::npos) << s.message();
+}
+
 // The bypass-trim bound of a row lies in [0, its next position]: a negative
 // bound is refused.
 TEST(CodecDamage, LayoutRefusesANegativeBypassBound) {
@@ -356,6 +385,44 @@ TEST(LayoutRounds, NegativeAcceptIsRefusedByTheLayout) {
       << s.message();
   EXPECT_EQ(layout->StateHash(), before);
   EXPECT_TRUE(layout->Accept({3}).ok());
+}
+
+// A bypass trim is valid only right after a window (TRACE.md, precise rule
+// 3): after a decode the layout holds no bypass bound at all. Its persisted
+// state is the same as after forgetting the bound (what a trace's reload
+// does), and a bypass trim, of any count, is refused by the layout itself,
+// before any layer is asked (the message names no layer), changing
+// nothing. A window after the decode makes it valid again.
+TEST(LayoutTrims, BypassTrimRightAfterADecodeIsRefusedByTheLayout) {
+  LayerConfig kv, ring;
+  kv.name = "a";
+  ring.name = "r";
+  ring.kind = CacheKind::kRotating;
+  ring.window = 2;
+  ring.capacity = 4;
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(2, {kv, ring}, &layout).ok());
+  const auto x = Filled(2 * 3 * 4, 0.5f);
+  const AttentionIO io(x.data(), x.data(), x.data(), nullptr);
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(2, 3), {io, io}).ok());
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(2, 1, /*decode=*/true), {io, io}).ok());
+  std::string encoded, forgotten;
+  ASSERT_TRUE(EncodeLayout(*layout, &encoded).ok());
+  std::unique_ptr<Layout> reloaded = layout->Copy();
+  reloaded->ForgetBypassBound();
+  ASSERT_TRUE(EncodeLayout(*reloaded, &forgotten).ok());
+  EXPECT_TRUE(encoded == forgotten) << "a decode left a bypass bound in the encoded layout";
+  const uint64_t before = layout->StateHash();
+  for (int32_t n : {0, 1}) {
+    const Status s = layout->Trim(n, /*bypass=*/true);
+    EXPECT_FALSE(s.ok()) << "trim " << n << " bypass after a decode";
+    EXPECT_EQ(s.message(), "trim bypass is only valid right after a window");
+    EXPECT_EQ(layout->StateHash(), before);
+  }
+  EXPECT_EQ(layout->positions(), (std::vector<int32_t>{4, 4}));
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(2, 2), {io, io}).ok());
+  EXPECT_TRUE(layout->Trim(1, /*bypass=*/true).ok());
+  EXPECT_EQ(layout->positions(), (std::vector<int32_t>{5, 5}));
 }
 
 // Layouts join only with the same layer list: a layer of another head dim
@@ -574,6 +641,54 @@ TEST(TraceRunnerLimits, ReloadNeedsRoomForTwoCopies) {
       << err.str();
 }
 
+// The runner holds the tags each query saw in the last forward only for a
+// trace that reads them (`expect sees`): the smallest budget that runs a
+// trace with an `expect sees` exceeds the one of the same trace without it,
+// by at least those tags (one per seen pair of the window's 32 queries).
+// Copies made after the forward (forks) decide both budgets, not the
+// forward's own read-back.
+TEST(TraceRunnerLimits, SeenTagsAreHeldOnlyForATraceThatReadsThem) {
+  const std::string window = "trace 1\nrows 1\nlayer a kv heads=8 dim=256\nwindow 32\n";
+  const std::string forks = "fork b\nfork c\nfork d\n";
+  const size_t without = SmallestBudget(window + forks);
+  const size_t with = SmallestBudget(window + "expect sees a r0 p0: 0\n" + forks);
+  const size_t pairs = 32 * 33 / 2;
+  EXPECT_GE(with, without + pairs * sizeof(trace::Tag)) << "without " << without;
+  // The forks decide: one fork less needs less in both.
+  EXPECT_LT(SmallestBudget(window + "fork b\nfork c\n"), without);
+}
+
+// A program built in code may hold fewer source lines than its statements
+// name: `--emit` echoes only the lines it has and reads none past them, also
+// when a refused statement past them stops the run there.
+TEST(TraceRunnerEmit, EchoesOnlyTheSourceLinesItHas) {
+  const std::string text = "trace 1\nrows 1\nlayer a kv\nwindow 2\ntrim 3\n";
+  trace::Program program;
+  trace::SyntaxError error;
+  ASSERT_TRUE(trace::ParseTrace(text, "built.trace", &program, &error)) << error.ToString();
+  trace::RunOptions options;
+  options.emit = true;
+  {
+    std::ostringstream out, err;
+    EXPECT_EQ(trace::RunProgram(program, options, out, err), 1);
+    EXPECT_NE(err.str().find("built.trace:5: error: "), std::string::npos) << err.str();
+    EXPECT_EQ(out.str(), "trace 1\nrows 1\nlayer a kv\nwindow 2\nexpect sees a r0 p0: 0\n"
+                         "expect sees a r0 p1: 0 1\nexpect positions 2\ntrim 3\n");
+  }
+  program.lines.resize(3);  // the header only
+  {
+    std::ostringstream out, err;
+    EXPECT_EQ(trace::RunProgram(program, options, out, err), 1);
+    EXPECT_EQ(out.str(), "trace 1\nrows 1\nlayer a kv\n");
+  }
+  std::vector<std::string>().swap(program.lines);  // no text at all
+  {
+    std::ostringstream out, err;
+    EXPECT_EQ(trace::RunProgram(program, options, out, err), 1);
+    EXPECT_EQ(out.str(), "");
+  }
+}
+
 // With save_reloads_dir, every reload writes the encoded layout to
 // DIR/<file name>.<line>.kvsl, and the file decodes.
 TEST(TraceRunnerReloads, SavedLayoutsAreWritten) {
@@ -607,6 +722,69 @@ TEST(TraceRunnerFiles, UnreadableFileIsReported) {
   EXPECT_EQ(trace::RunTraceFile(path, trace::RunOptions(), out, err), 2);
   EXPECT_EQ(err.str(), path + ":1:1: cannot open file\n");
   EXPECT_EQ(out.str(), "");
+}
+
+// A trace file over the 4 MiB cap is refused as a limit (exit 2), naming
+// the cap; one of exactly 4 MiB is read.
+TEST(TraceRunnerFiles, AFileOverFourMiBIsRefusedNamingTheCap) {
+  namespace fs = std::filesystem;
+  const fs::path path =
+      fs::path(::testing::TempDir()) / ("kvspec_large_" + std::to_string(::getpid()) + ".trace");
+  const std::string head = "trace 1\nrows 1\nlayer a kv\nwindow 1\n";
+  std::string text = head + std::string((size_t{4} << 20) - head.size() - 1, '#') + "\n";
+  ASSERT_EQ(text.size(), size_t{4} << 20);
+  for (const bool over : {false, true}) {
+    if (over) text += "\n";
+    {
+      std::ofstream file(path, std::ios::binary);
+      file << text;
+    }
+    std::ostringstream out, err;
+    const int code = trace::RunTraceFile(path.string(), trace::RunOptions(), out, err);
+    if (over) {
+      EXPECT_EQ(code, 2);
+      EXPECT_EQ(err.str(), path.string() + ":1:1: file larger than 4 MiB\n");
+    } else {
+      EXPECT_EQ(code, 0) << err.str();
+    }
+  }
+  fs::remove(path);
+}
+
+// `expect out` compares every value of the query's output: a wrong value
+// anywhere in the list fails the expectation, naming its line.
+TEST(TraceRunnerExpect, ExpectOutComparesEveryValue) {
+  const std::string text = "trace 1\nrows 1\nlayer a kv dim=4\nwindow 2\n";
+  trace::RunOptions options;
+  options.values = true;
+  options.emit = true;
+  std::ostringstream emitted, err;
+  ASSERT_EQ(trace::RunTraceText(text, "out.trace", options, emitted, err), 0) << err.str();
+  std::string expect;
+  std::istringstream lines(emitted.str());
+  for (std::string l; std::getline(lines, l);) {
+    if (l.rfind("expect out a r0 p1:", 0) == 0) expect = l;
+  }
+  ASSERT_FALSE(expect.empty()) << emitted.str();
+  std::vector<std::string> words;
+  std::istringstream split(expect);
+  for (std::string w; split >> w;) words.push_back(w);
+  ASSERT_EQ(words.size(), 5u + 4u);  // expect out a r0 p1: and 4 values
+  options.emit = false;
+  for (size_t changed = 4; changed < words.size(); ++changed) {  // 4: none
+    std::string line;
+    for (size_t w = 0; w < words.size(); ++w) {
+      line += (w ? " " : "") + (w == changed && changed > 4 ? std::string("1000") : words[w]);
+    }
+    std::ostringstream out, fail;
+    const int code = trace::RunTraceText(text + line + "\n", "out.trace", options, out, fail);
+    if (changed == 4) {
+      EXPECT_EQ(code, 0) << line << "\n" << fail.str();  // unchanged
+    } else {
+      EXPECT_EQ(code, 1) << "value " << changed - 5 << " changed: " << line;
+      EXPECT_NE(fail.str().find("out.trace:5:"), std::string::npos) << fail.str();
+    }
+  }
 }
 
 }  // namespace
