@@ -84,6 +84,24 @@ uint64_t ReadStreamsImpl(const uint8_t* data, size_t bytes, size_t streams) {
   return hn::GetLane(hn::SumOfLanes(d, sum));
 }
 
+void ScaleInPlaceImpl(float* HWY_RESTRICT data, size_t n, float scale) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const auto s = hn::Set(d, scale);
+  size_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    const auto v0 = hn::LoadU(d, data + i);
+    const auto v1 = hn::LoadU(d, data + i + N);
+    const auto v2 = hn::LoadU(d, data + i + 2 * N);
+    const auto v3 = hn::LoadU(d, data + i + 3 * N);
+    hn::StoreU(hn::Mul(v0, s), d, data + i);
+    hn::StoreU(hn::Mul(v1, s), d, data + i + N);
+    hn::StoreU(hn::Mul(v2, s), d, data + i + 2 * N);
+    hn::StoreU(hn::Mul(v3, s), d, data + i + 3 * N);
+  }
+  for (; i < n; ++i) data[i] *= scale;
+}
+
 size_t LanesImpl() { return hn::Lanes(hn::ScalableTag<float>()); }
 
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
@@ -100,6 +118,7 @@ namespace bench {
 HWY_EXPORT(FmaLoopImpl);
 HWY_EXPORT(LanesImpl);
 HWY_EXPORT(ReadStreamsImpl);
+HWY_EXPORT(ScaleInPlaceImpl);
 HWY_EXPORT(TargetNameImpl);
 
 double FmaLoop(size_t iterations, float seed) {
@@ -114,6 +133,9 @@ uint64_t ReadStreams(const void* data, size_t bytes, size_t streams) {
 }
 size_t ReadStreamsBytes(size_t bytes, size_t streams) {
   return bytes / streams / kRound * kRound * streams;
+}
+void ScaleInPlace(float* data, size_t n, float scale) {
+  HWY_DYNAMIC_DISPATCH(ScaleInPlaceImpl)(data, n, scale);
 }
 const char* LimitsTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 

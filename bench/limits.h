@@ -20,6 +20,10 @@ double FmaLoopFlops(size_t iterations);
 // are rounded down to 256 bytes: ReadStreamsBytes is what it reads.
 uint64_t ReadStreams(const void* data, size_t bytes, size_t streams);
 size_t ReadStreamsBytes(size_t bytes, size_t streams);
+// data[i] *= scale for i < n in place, whole vectors of the Highway target
+// chosen now (four per round), then the scalar tail: the access pattern of
+// an in-place state update.
+void ScaleInPlace(float* data, size_t n, float scale);
 // The target FmaLoop and ReadStreams dispatch to now.
 const char* LimitsTargetName();
 

@@ -13,6 +13,12 @@
 // Names (the target is the Highway target requested and, checked through
 // GatedDeltaTargetName(), the one that ran; the label repeats it):
 //   BM_StreamRead, BM_StreamReadWrite, BM_StreamReadWriteInPlace
+//   BM_StreamReadHot/<KiB>, BM_StreamReadWriteInPlaceHot/<KiB>
+//                                                read, and a = s * a in place,
+//                                                over a buffer kept in cache:
+//                                                one head's state (64 KiB) and
+//                                                each shape's row state (GB/s,
+//                                                to set beside hot runs)
 //   BM_PeakFma/<target>                          peak FP32 multiply-add rate
 //   BM_Decode/<target>/<value heads>/<rows>      cold, one column
 //   BM_DecodeHot/<target>/<value heads>/<rows>   hot, one column
@@ -308,6 +314,50 @@ void BM_StreamReadWriteInPlace(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(bytes));
 }
 
+// The hot counterpart: a = s * a in place over a buffer of `bytes` (the
+// state bytes of one row of a BM_DecodeHot shape) that stays in cache from
+// one iteration to the next, in vectors of the dispatched target
+// (bench::ScaleInPlace). A GB/s figure to set beside the hot step, not a
+// DRAM limit.
+void BM_StreamReadWriteInPlaceHot(benchmark::State& state, size_t bytes) {
+  std::vector<float> a(bytes / sizeof(float));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i & 1023);
+  float scale = 2.0f;
+  const double start = ProcessSeconds();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(scale);
+    bench::ScaleInPlace(a.data(), a.size(), scale);
+    benchmark::ClobberMemory();
+    scale = 1.0f / scale;
+  }
+  const double seconds = ProcessSeconds() - start;
+  const double total = static_cast<double>(state.iterations()) * 2.0 * static_cast<double>(bytes);
+  state.SetBytesProcessed(static_cast<int64_t>(total));
+  if (state.iterations() > 0) {
+    state.counters["us_per_pass"] = 1e6 * seconds / static_cast<double>(state.iterations());
+  }
+  state.SetLabel(bench::LimitsTargetName());
+}
+
+// Reads a buffer of `bytes` kept in cache (bench::ReadStreams, one stream):
+// the read-only counterpart of BM_StreamReadWriteInPlaceHot.
+void BM_StreamReadHot(benchmark::State& state, size_t bytes) {
+  std::vector<float> a(bytes / sizeof(float));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i & 1023);
+  const size_t read = bench::ReadStreamsBytes(bytes, 1);
+  const double start = ProcessSeconds();
+  for (auto _ : state) {
+    uint64_t sum = bench::ReadStreams(a.data(), bytes, 1);
+    benchmark::DoNotOptimize(sum);
+  }
+  const double seconds = ProcessSeconds() - start;
+  state.SetBytesProcessed(static_cast<int64_t>(static_cast<double>(state.iterations()) *
+                                               static_cast<double>(read)));
+  if (state.iterations() > 0) {
+    state.counters["us_per_pass"] = 1e6 * seconds / static_cast<double>(state.iterations());
+  }
+  state.SetLabel(bench::LimitsTargetName());
+}
 
 // ---------------------------------------------------------------------------
 
@@ -578,6 +628,21 @@ void RegisterAll() {
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_StreamReadWriteInPlace", BM_StreamReadWriteInPlace)
       ->Unit(benchmark::kMillisecond);
+
+  // Hot probes over one head's state (64 KiB at dk = dv = 128, the block
+  // the step passes over twice) and over each shape's row state.
+  std::vector<size_t> hot_bytes = {sizeof(float) * static_cast<size_t>(kDim * kDim)};
+  for (const int value_heads : kValueHeads) hot_bytes.push_back(RowStateBytes(Shape(value_heads)));
+  for (const size_t bytes : hot_bytes) {
+    const std::string kib = std::to_string(bytes / 1024);
+    benchmark::RegisterBenchmark(("BM_StreamReadHot/" + kib).c_str(),
+                                 [bytes](benchmark::State& state) { BM_StreamReadHot(state, bytes); })
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(
+        ("BM_StreamReadWriteInPlaceHot/" + kib).c_str(),
+        [bytes](benchmark::State& state) { BM_StreamReadWriteInPlaceHot(state, bytes); })
+        ->Unit(benchmark::kMicrosecond);
+  }
 
   const std::vector<int64_t> targets = testing::AllTargets();
   for (const int64_t target : targets) {
