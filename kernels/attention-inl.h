@@ -66,11 +66,13 @@ HWY_INLINE void SumsOf4(DF d, VF v0, VF v1, VF v2, VF v3, float* HWY_RESTRICT ou
   const size_t N = hn::Lanes(d);
   HWY_ALIGN float lanes[16];  // x86 vectors hold at most 16 floats
   hn::Store(r, d, lanes);
-  for (size_t i = 0; i < 4; ++i) {
-    float sum = lanes[i];
-    for (size_t b = 4; b < N; b += 4) sum += lanes[b + i];
-    out[i] = sum;
-  }
+  // The blocks in order, four lanes at a time: lane i = ((block0[i] +
+  // block1[i]) + block2[i]) + ..., one vector add per block rather than
+  // four scalar ones.
+  const hn::Full128<float> d4;
+  auto sum = hn::Load(d4, lanes);
+  for (size_t b = 4; b < N; b += 4) sum = hn::Add(sum, hn::Load(d4, lanes + b));
+  hn::StoreU(sum, d4, out);
 #endif
 }
 
