@@ -505,8 +505,9 @@ void BM_DecodeBlas(benchmark::State& state, const Shape& shape) {
 
 // The decode's memory walk without its arithmetic: per KV head, the keys
 // then the values of every slot, in blocks of 8 KiB of rows in slot order,
-// the next block's rows prefetched one per row read (as Attend does), one
-// 4-byte load per 64-byte line. What the access pattern alone reaches on
+// the next block's rows prefetched one per row read (as Attend does, but
+// into L1 where Attend asks for L2: the walk with Attend's hint was not
+// faster), one 4-byte load per 64-byte line. What the access pattern alone reaches on
 // this core: part of the decode's read limit when it beats the probes.
 void BM_DecodeWalk(benchmark::State& state, const Shape& shape) {
   const size_t rotate = ColdCount(shape);

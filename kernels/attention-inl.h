@@ -66,11 +66,13 @@ HWY_INLINE void SumsOf4(DF d, VF v0, VF v1, VF v2, VF v3, float* HWY_RESTRICT ou
   const size_t N = hn::Lanes(d);
   HWY_ALIGN float lanes[16];  // x86 vectors hold at most 16 floats
   hn::Store(r, d, lanes);
-  for (size_t i = 0; i < 4; ++i) {
-    float sum = lanes[i];
-    for (size_t b = 4; b < N; b += 4) sum += lanes[b + i];
-    out[i] = sum;
-  }
+  // The blocks in order, four lanes at a time: lane i = ((block0[i] +
+  // block1[i]) + block2[i]) + ..., one vector add per block rather than
+  // four scalar ones.
+  const hn::Full128<float> d4;
+  auto sum = hn::Load(d4, lanes);
+  for (size_t b = 4; b < N; b += 4) sum = hn::Add(sum, hn::Load(d4, lanes + b));
+  hn::StoreU(sum, d4, out);
 #endif
 }
 
@@ -84,10 +86,20 @@ HWY_INLINE VF InRegister(VF v) {
   return v;
 }
 
-// Requests the cache lines of [p, p + bytes) (p + bytes need not be valid).
+// Requests the cache lines of [p, p + bytes) (p + bytes need not be valid)
+// into L2, not L1 (prefetcht1 on x86): a request for L1 holds one of its
+// few miss buffers until the line arrives, and with a block's worth of them
+// in flight the core stalled on them. Cold decode, fp32, dim 128, 16384
+// tokens on a Zen 4 core: 9.6 ms CPU against 16.0 with prefetcht0 (same
+// build, same process kind, back to back); prefetchnta was no faster
+// than prefetcht0.
 HWY_INLINE void PrefetchSpan(const void* p, size_t bytes) {
   const char* c = static_cast<const char*>(p);
+#if defined(__GNUC__) || defined(__clang__)
+  for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(c + b, 0, 2);
+#else
   for (size_t b = 0; b < bytes; b += 64) hwy::Prefetch(c + b);
+#endif
 }
 
 // Requests the rows rows[from, to), each `bytes` long.
