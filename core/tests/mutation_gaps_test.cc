@@ -658,6 +658,66 @@ TEST(TraceRunnerLimits, SeenTagsAreHeldOnlyForATraceThatReadsThem) {
   EXPECT_LT(SmallestBudget(window + "fork b\nfork c\n"), without);
 }
 
+// The smallest work budget (RunOptions::max_work, in operations) that runs
+// `text` to its end: one operation less stops it with a work limit.
+uint64_t SmallestWork(const std::string& text, bool values) {
+  uint64_t lo = 0, hi = uint64_t{1} << 40;  // runs with hi, not with lo - 1
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    trace::RunOptions options;
+    options.max_work = mid;
+    options.values = values;
+    std::ostringstream out, err;
+    if (trace::RunTraceText(text, "work.trace", options, out, err) == 0) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+// A forward's work, as README defines it, per attention layer: per seen
+// (query, slot) pair 2 x Hq x D multiply-adds when outputs are observed
+// (--values) and 64 for its reported tag; per real token a scan of the
+// mask over the slots after the append; and the bytes of those slots
+// (K and V: 2 x H x D floats, and a position each). A plain cache grows to
+// max(needed, 1.5 x slots, 16) slots (core/kv_cache.h). The budget is the
+// sum over the trace's forwards, exactly: nothing else counts.
+TEST(TraceRunnerLimits, WorkBudgetIsTheSumOfTheForwardsWork) {
+  const std::string text = "trace 1\nrows 1\nlayer a kv heads=2 qheads=4 dim=8\nwindow 4\nwindow 2\n";
+  const uint64_t slot_bytes = 2 * 2 * 8 * sizeof(float) + sizeof(int32_t);  // 132
+  const uint64_t slots = 16;  // 4, then 6 tokens: 16 slots both times
+  const uint64_t pairs1 = 1 + 2 + 3 + 4, pairs2 = 5 + 6;
+  const uint64_t plain = (4 * slots + slots * slot_bytes + pairs1 * 64) +
+                         (2 * slots + slots * slot_bytes + pairs2 * 64);
+  EXPECT_EQ(plain, 5664u);
+  EXPECT_EQ(SmallestWork(text, false), plain);
+  EXPECT_EQ(SmallestWork(text, true), plain + (pairs1 + pairs2) * 2 * 4 * 8);
+  // A window of its own: the first forward alone.
+  EXPECT_EQ(SmallestWork("trace 1\nrows 1\nlayer a kv heads=2 qheads=4 dim=8\nwindow 4\n", false),
+            4 * slots + slots * slot_bytes + pairs1 * 64);
+}
+
+// The work limit names the work in whole millions, rounded down: a trace
+// whose work is 5,999,996 operations (by the figures above: 422 tokens of
+// 1 head of dim 32 in one window, 422 slots of 260 bytes) needs "5 M".
+TEST(TraceRunnerLimits, WorkLimitNamesWholeMillions) {
+  const std::string text = "trace 1\nrows 1\nlayer a kv heads=1 dim=32\nwindow 422\n";
+  const uint64_t pairs = 422 * 423 / 2;
+  const uint64_t work = 422 * 422 + 422 * (2 * 32 * sizeof(float) + sizeof(int32_t)) + pairs * 64;
+  ASSERT_EQ(work, 5999996u);
+  ASSERT_EQ(SmallestWork(text, false), work);
+  trace::RunOptions options;
+  options.max_work = 1000000;
+  std::ostringstream out, err;
+  EXPECT_EQ(trace::RunTraceText(text, "work.trace", options, out, err), 2);
+  EXPECT_NE(err.str().find("work.trace:4: limit: work of the trace up to here needs 5 M operations "
+                           "(budget 1 M, --max-work)"),
+            std::string::npos)
+      << err.str();
+}
+
 // A program built in code may hold fewer source lines than its statements
 // name: `--emit` echoes only the lines it has and reads none past them, also
 // when a refused statement past them stops the run there.
