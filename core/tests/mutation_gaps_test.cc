@@ -25,6 +25,7 @@
 #include "core/ssm_cache.h"
 #include "trace/program.h"
 #include "trace/runner.h"
+#include "trace/values.h"
 
 namespace kvspec {
 namespace {
@@ -716,6 +717,62 @@ TEST(TraceRunnerLimits, WorkLimitNamesWholeMillions) {
                            "(budget 1 M, --max-work)"),
             std::string::npos)
       << err.str();
+}
+
+// The `state` hash as README defines it ("Where TRACE.md leaves room"):
+// the floats taken two at a time as a little-endian 64-bit word, an odd
+// last one zero-extended; h = 0xCBF29CE484222325, per word
+// h = (h ^ w) * 0x9E3779B97F4A7C15, h ^= h >> 32; then mix(h ^ n).
+uint64_t WordHashByDefinition(const std::vector<float>& floats) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (size_t i = 0; i < floats.size(); i += 2) {
+    uint32_t lo = 0, hi = 0;
+    std::memcpy(&lo, &floats[i], 4);
+    if (i + 1 < floats.size()) std::memcpy(&hi, &floats[i + 1], 4);
+    h = (h ^ (static_cast<uint64_t>(lo) | static_cast<uint64_t>(hi) << 32)) *
+        0x9E3779B97F4A7C15ull;
+    h ^= h >> 32;
+  }
+  return Mix(h ^ floats.size());
+}
+
+// A recurrent layer whose conv and recurrent states hold an odd number of
+// floats (heads=1 dk=1 dv=1 conv=3: 2 x 3 conv floats and 1 state float):
+// its `state` hash still follows the definition, the last float
+// zero-extended into a word of its own.
+TEST(TraceStateHash, OddNumberOfStateFloatsFollowsTheDefinition) {
+  LayerConfig s;
+  s.name = "s";
+  s.kind = CacheKind::kSsm;
+  s.heads = 1;
+  s.dk = 1;
+  s.dv = 1;
+  s.conv = 3;
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(1, {s}, &layout).ok());
+  const size_t C = s.SsmChannels();
+  ASSERT_EQ(C, 3u);
+  const auto weights = Filled(C * 3, 0.25f), x = Filled(2 * C, 0.5f), gate = Filled(2, -1.0f),
+             beta = Filled(2, 0.5f);
+  SsmIO io;
+  io.conv_weights = weights.data();
+  io.x = x.data();
+  io.gate = gate.data();
+  io.beta = beta.data();
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(1, 2), {AttentionIO(io)}).ok());
+  const SsmCacheBase* ssm = layout->recurrent(0);
+  ASSERT_NE(ssm, nullptr);
+  std::vector<float> floats = ssm->ConvStateTraceOrder(0);
+  const std::vector<float> state = ssm->RecurrentStateTraceOrder(0);
+  floats.insert(floats.end(), state.begin(), state.end());
+  ASSERT_EQ(floats.size(), 7u);
+  ASSERT_NE(floats.back(), 0.0f);  // the odd last float is not all zero bits
+  EXPECT_EQ(trace::StateHash(*ssm, 0), WordHashByDefinition(floats));
+  // The same through the runner's hasher fed in pieces (an odd piece first).
+  trace::WordHasher pieces;
+  pieces.Floats(floats.data(), 3);
+  pieces.Floats(floats.data() + 3, 4);
+  EXPECT_EQ(pieces.value(), WordHashByDefinition(floats));
 }
 
 // A program built in code may hold fewer source lines than its statements
