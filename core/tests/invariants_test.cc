@@ -320,6 +320,19 @@ TEST(Invariants, LayerReadingTheMaskOfAnotherWindowFails) {
   }
 }
 
+// A layer cache must hold as many rows as the layout: a batched cache of 2
+// rows in a layout of 1 breaks invariant 2, naming both counts.
+TEST(Invariants, LayerWithAnotherRowCountFails) {
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(1, {Layer("a", CacheKind::kKv)}, &layout).ok());
+  ExpectValid(*layout, "create");
+  const LayerConfig c = layout->config(0);
+  Access::Layers(*layout)[0] = std::make_unique<BatchedKvCache>(2, c.heads, c.dim);
+  const Status s = layout->CheckInvariants();
+  ExpectBroken(s, "Layout invariant 2");
+  EXPECT_NE(s.message().find("with 2 rows in a layout of 1"), std::string::npos) << s.message();
+}
+
 // The bug detector: a broken invariant aborts, naming the operation.
 TEST(InvariantsDeathTest, ABrokenInvariantAborts) {
   KvCache c(1, 2);
