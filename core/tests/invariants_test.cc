@@ -293,6 +293,46 @@ TEST(Invariants, LayersSharingAMaskOutOfLockstepFail) {
   ExpectBroken(layout->CheckInvariants(), "Layout invariant 4");
 }
 
+// Each window has its own mask: a layer pointed at the mask of another
+// window (a valid index, so the index check passes) breaks invariant 5,
+// named as such, whether the window or only the ring's capacity differs.
+TEST(Invariants, LayerReadingTheMaskOfAnotherWindowFails) {
+  for (size_t layer : {size_t{1}, size_t{2}}) {
+    std::unique_ptr<Layout> layout;  // a copy has no masks: one layout each
+    ASSERT_TRUE(Layout::Create(1, {Layer("r", CacheKind::kRotating, 2, 4),
+                                   Layer("s", CacheKind::kRotating, 3, 4),
+                                   Layer("t", CacheKind::kRotating, 2, 8)},
+                               &layout)
+                    .ok());
+    ASSERT_TRUE(RunForward(*layout, ForwardColumns::Dense(1, 3)).ok());
+    ExpectValid(*layout, "three windows");
+    std::vector<int>& masks = Access::MaskOfLayer(*layout);
+    ASSERT_EQ(masks.size(), 3u);
+    ASSERT_GE(masks[0], 0);
+    ASSERT_NE(masks[layer], masks[0]);
+    masks[layer] = masks[0];
+    const Status s = layout->CheckInvariants();
+    ExpectBroken(s, "Layout invariant 5");
+    EXPECT_NE(s.message().find("layer " + std::to_string(layer) +
+                               " reads the mask of another window"),
+              std::string::npos)
+        << s.message();
+  }
+}
+
+// A layer cache must hold as many rows as the layout: a batched cache of 2
+// rows in a layout of 1 breaks invariant 2, naming both counts.
+TEST(Invariants, LayerWithAnotherRowCountFails) {
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(1, {Layer("a", CacheKind::kKv)}, &layout).ok());
+  ExpectValid(*layout, "create");
+  const LayerConfig c = layout->config(0);
+  Access::Layers(*layout)[0] = std::make_unique<BatchedKvCache>(2, c.heads, c.dim);
+  const Status s = layout->CheckInvariants();
+  ExpectBroken(s, "Layout invariant 2");
+  EXPECT_NE(s.message().find("with 2 rows in a layout of 1"), std::string::npos) << s.message();
+}
+
 // The bug detector: a broken invariant aborts, naming the operation.
 TEST(InvariantsDeathTest, ABrokenInvariantAborts) {
   KvCache c(1, 2);

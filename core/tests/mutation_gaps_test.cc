@@ -25,6 +25,7 @@
 #include "core/ssm_cache.h"
 #include "trace/program.h"
 #include "trace/runner.h"
+#include "trace/values.h"
 
 namespace kvspec {
 namespace {
@@ -656,6 +657,122 @@ TEST(TraceRunnerLimits, SeenTagsAreHeldOnlyForATraceThatReadsThem) {
   EXPECT_GE(with, without + pairs * sizeof(trace::Tag)) << "without " << without;
   // The forks decide: one fork less needs less in both.
   EXPECT_LT(SmallestBudget(window + "fork b\nfork c\n"), without);
+}
+
+// The smallest work budget (RunOptions::max_work, in operations) that runs
+// `text` to its end: one operation less stops it with a work limit.
+uint64_t SmallestWork(const std::string& text, bool values) {
+  uint64_t lo = 0, hi = uint64_t{1} << 40;  // runs with hi, not with lo - 1
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    trace::RunOptions options;
+    options.max_work = mid;
+    options.values = values;
+    std::ostringstream out, err;
+    if (trace::RunTraceText(text, "work.trace", options, out, err) == 0) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+// A forward's work, as README defines it, per attention layer: per seen
+// (query, slot) pair 2 x Hq x D multiply-adds when outputs are observed
+// (--values) and 64 for its reported tag; per real token a scan of the
+// mask over the slots after the append; and the bytes of those slots
+// (K and V: 2 x H x D floats, and a position each). A plain cache grows to
+// max(needed, 1.5 x slots, 16) slots (core/kv_cache.h). The budget is the
+// sum over the trace's forwards, exactly: nothing else counts.
+TEST(TraceRunnerLimits, WorkBudgetIsTheSumOfTheForwardsWork) {
+  const std::string text = "trace 1\nrows 1\nlayer a kv heads=2 qheads=4 dim=8\nwindow 4\nwindow 2\n";
+  const uint64_t slot_bytes = 2 * 2 * 8 * sizeof(float) + sizeof(int32_t);  // 132
+  const uint64_t slots = 16;  // 4, then 6 tokens: 16 slots both times
+  const uint64_t pairs1 = 1 + 2 + 3 + 4, pairs2 = 5 + 6;
+  const uint64_t plain = (4 * slots + slots * slot_bytes + pairs1 * 64) +
+                         (2 * slots + slots * slot_bytes + pairs2 * 64);
+  EXPECT_EQ(plain, 5664u);
+  EXPECT_EQ(SmallestWork(text, false), plain);
+  EXPECT_EQ(SmallestWork(text, true), plain + (pairs1 + pairs2) * 2 * 4 * 8);
+  // A window of its own: the first forward alone.
+  EXPECT_EQ(SmallestWork("trace 1\nrows 1\nlayer a kv heads=2 qheads=4 dim=8\nwindow 4\n", false),
+            4 * slots + slots * slot_bytes + pairs1 * 64);
+}
+
+// The work limit names the work in whole millions, rounded down: a trace
+// whose work is 5,999,996 operations (by the figures above: 422 tokens of
+// 1 head of dim 32 in one window, 422 slots of 260 bytes) needs "5 M".
+TEST(TraceRunnerLimits, WorkLimitNamesWholeMillions) {
+  const std::string text = "trace 1\nrows 1\nlayer a kv heads=1 dim=32\nwindow 422\n";
+  const uint64_t pairs = 422 * 423 / 2;
+  const uint64_t work = 422 * 422 + 422 * (2 * 32 * sizeof(float) + sizeof(int32_t)) + pairs * 64;
+  ASSERT_EQ(work, 5999996u);
+  ASSERT_EQ(SmallestWork(text, false), work);
+  trace::RunOptions options;
+  options.max_work = 1000000;
+  std::ostringstream out, err;
+  EXPECT_EQ(trace::RunTraceText(text, "work.trace", options, out, err), 2);
+  EXPECT_NE(err.str().find("work.trace:4: limit: work of the trace up to here needs 5 M operations "
+                           "(budget 1 M, --max-work)"),
+            std::string::npos)
+      << err.str();
+}
+
+// The `state` hash as README defines it ("Where TRACE.md leaves room"):
+// the floats taken two at a time as a little-endian 64-bit word, an odd
+// last one zero-extended; h = 0xCBF29CE484222325, per word
+// h = (h ^ w) * 0x9E3779B97F4A7C15, h ^= h >> 32; then mix(h ^ n).
+uint64_t WordHashByDefinition(const std::vector<float>& floats) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (size_t i = 0; i < floats.size(); i += 2) {
+    uint32_t lo = 0, hi = 0;
+    std::memcpy(&lo, &floats[i], 4);
+    if (i + 1 < floats.size()) std::memcpy(&hi, &floats[i + 1], 4);
+    h = (h ^ (static_cast<uint64_t>(lo) | static_cast<uint64_t>(hi) << 32)) *
+        0x9E3779B97F4A7C15ull;
+    h ^= h >> 32;
+  }
+  return Mix(h ^ floats.size());
+}
+
+// A recurrent layer whose conv and recurrent states hold an odd number of
+// floats (heads=1 dk=1 dv=1 conv=3: 2 x 3 conv floats and 1 state float):
+// its `state` hash still follows the definition, the last float
+// zero-extended into a word of its own.
+TEST(TraceStateHash, OddNumberOfStateFloatsFollowsTheDefinition) {
+  LayerConfig s;
+  s.name = "s";
+  s.kind = CacheKind::kSsm;
+  s.heads = 1;
+  s.dk = 1;
+  s.dv = 1;
+  s.conv = 3;
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(1, {s}, &layout).ok());
+  const size_t C = s.SsmChannels();
+  ASSERT_EQ(C, 3u);
+  const auto weights = Filled(C * 3, 0.25f), x = Filled(2 * C, 0.5f), gate = Filled(2, -1.0f),
+             beta = Filled(2, 0.5f);
+  SsmIO io;
+  io.conv_weights = weights.data();
+  io.x = x.data();
+  io.gate = gate.data();
+  io.beta = beta.data();
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(1, 2), {AttentionIO(io)}).ok());
+  const SsmCacheBase* ssm = layout->recurrent(0);
+  ASSERT_NE(ssm, nullptr);
+  std::vector<float> floats = ssm->ConvStateTraceOrder(0);
+  const std::vector<float> state = ssm->RecurrentStateTraceOrder(0);
+  floats.insert(floats.end(), state.begin(), state.end());
+  ASSERT_EQ(floats.size(), 7u);
+  ASSERT_NE(floats.back(), 0.0f);  // the odd last float is not all zero bits
+  EXPECT_EQ(trace::StateHash(*ssm, 0), WordHashByDefinition(floats));
+  // The same through the runner's hasher fed in pieces (an odd piece first).
+  trace::WordHasher pieces;
+  pieces.Floats(floats.data(), 3);
+  pieces.Floats(floats.data() + 3, 4);
+  EXPECT_EQ(pieces.value(), WordHashByDefinition(floats));
 }
 
 // A program built in code may hold fewer source lines than its statements
