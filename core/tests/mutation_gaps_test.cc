@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/batch.h"
 #include "core/codec/codec.h"
 #include "core/kv_cache.h"
 #include "core/layout.h"
@@ -901,6 +902,27 @@ TEST(TraceRunnerExpect, ExpectOutComparesEveryValue) {
       EXPECT_EQ(code, 1) << "value " << changed - 5 << " changed: " << line;
       EXPECT_NE(fail.str().find("out.trace:5:"), std::string::npos) << fail.str();
     }
+  }
+}
+
+// Extracting a row the batch does not have is refused, a negative row as
+// much as one past the end, naming the row and the batch's row count; the
+// cache is left as it was and nothing is made.
+TEST(BatchExtract, ANegativeRowIsRefused) {
+  BatchedKvCache cache(2, 1, 4);
+  auto hash = [&cache] {
+    Hasher h;
+    cache.HashState(&h);
+    return h.value();
+  };
+  const uint64_t before = hash();
+  for (int32_t row : {-1, -2, 2}) {
+    std::unique_ptr<Cache> made;
+    const Status s = ExtractRow(cache, row, &made);
+    ASSERT_FALSE(s.ok()) << "row " << row;
+    EXPECT_EQ(s.message(), "extract: no row " + std::to_string(row) + " (the batch has 2)");
+    EXPECT_EQ(made, nullptr);
+    EXPECT_EQ(hash(), before);
   }
 }
 
