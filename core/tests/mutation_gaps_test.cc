@@ -926,5 +926,22 @@ TEST(BatchExtract, ANegativeRowIsRefused) {
   }
 }
 
+// A plain attention layer needs a dim of at least 1: a dim of 0 is a bad
+// shape, refused by Layout::Create naming the layer and its shape.
+TEST(LayoutCreate, APlainLayerOfDimZeroIsRefused) {
+  LayerConfig c;
+  c.name = "a";
+  c.heads = 1;
+  c.dim = 0;
+  std::unique_ptr<Layout> layout;
+  const Status s = Layout::Create(1, {c}, &layout);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message().rfind("layer 'a': bad shape (heads 1, query heads 1, dim 0", 0), 0u)
+      << s.message();
+  EXPECT_EQ(layout, nullptr);
+  c.dim = 1;
+  EXPECT_TRUE(Layout::Create(1, {c}, &layout).ok());
+}
+
 }  // namespace
 }  // namespace kvspec
