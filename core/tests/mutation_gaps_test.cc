@@ -943,5 +943,28 @@ TEST(LayoutCreate, APlainLayerOfDimZeroIsRefused) {
   EXPECT_TRUE(Layout::Create(1, {c}, &layout).ok());
 }
 
+// `expect equal NAME` that fails names the first difference with the
+// current layout's side first and NAME's second ("positions 2 vs 0": the
+// current layout holds 2 tokens, the fork none).
+TEST(TraceRunnerExpect, ExpectEqualNamesTheCurrentSideFirst) {
+  const std::string text =
+      "trace 1\nrows 1\nlayer a kv\nfork other\nwindow 2\nexpect equal other\n";
+  trace::RunOptions options;
+  std::ostringstream out, err;
+  EXPECT_EQ(trace::RunTraceText(text, "equal.trace", options, out, err), 1);
+  EXPECT_NE(err.str().find("equal.trace:6: expected equal other got positions 2 vs 0"),
+            std::string::npos)
+      << err.str();
+  // The other way round: the fork holds the tokens.
+  const std::string other =
+      "trace 1\nrows 1\nlayer a kv\nfork other\nuse other\nwindow 2\nuse main\n"
+      "expect equal other\n";
+  std::ostringstream out2, err2;
+  EXPECT_EQ(trace::RunTraceText(other, "equal.trace", options, out2, err2), 1);
+  EXPECT_NE(err2.str().find("equal.trace:8: expected equal other got positions 0 vs 2"),
+            std::string::npos)
+      << err2.str();
+}
+
 }  // namespace
 }  // namespace kvspec
