@@ -408,6 +408,30 @@ TEST_P(AttentionTargets, ChunkedDecodeWithScoresRisingAcrossChunks) {
   }
 }
 
+// Attend's precondition, enforced in every build: query heads a positive
+// multiple of the KV heads, else it aborts naming both counts.
+TEST(AttentionDeathTest, QueryHeadsNotAMultipleOfTheKvHeadsAbort) {
+  AttentionCase c;
+  c.kv_heads = 2;
+  c.group = 2;
+  c.slots = 4;
+  Rand r(7);
+  AttentionInputs in;
+  FillCache(c, &r, &in);
+  FillMask(c, &r, &in);
+  std::vector<float> out(256, 0.0f);
+  for (int q_heads : {3, 1, 0, -2}) {
+    EXPECT_DEATH(Attend(in.q.data(), q_heads, in.kv, in.mask, out.data()),
+                 "kvspec::Attend: " + std::to_string(q_heads) +
+                     " query heads over 2 KV heads \\(need a multiple\\)");
+  }
+  KvView none = in.kv;
+  none.kv_heads = 0;
+  EXPECT_DEATH(Attend(in.q.data(), 2, none, in.mask, out.data()),
+               "kvspec::Attend: 2 query heads over 0 KV heads");
+  Attend(in.q.data(), 4, in.kv, in.mask, out.data());  // a multiple: runs
+}
+
 KVSPEC_FOR_EACH_TARGET(AttentionTargets);
 
 }  // namespace

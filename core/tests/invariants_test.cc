@@ -15,6 +15,7 @@
 #include "core/kv_cache.h"
 #include "core/layout.h"
 #include "core/ssm_cache.h"
+#include "kernels/conv1d.h"
 
 namespace kvspec {
 
@@ -25,6 +26,7 @@ struct InvariantsTestAccess {
   static std::vector<int32_t>& Next(ColumnStore& c) { return c.next_; }
   static std::vector<uint8_t>& Active(SsmCacheBase& c) { return c.active_; }
   static bool& Verified(SsmCacheBase& c) { return c.verified_; }
+  static SsmShape& Shape(SsmCacheBase& c) { return c.shape_; }
   static std::vector<uint8_t>& Snapshots(SsmCacheBase& c) { return c.snapshot_; }
   static std::vector<int32_t>& RoundReal(SsmCacheBase& c) { return c.round_real_; }
   static std::vector<std::vector<float>>& Records(SsmCacheBase& c) { return c.record_; }
@@ -207,6 +209,14 @@ TEST(Invariants, CorruptedRecurrentCachesFail) {
   SsmCache verified = c;
   Access::Verified(verified) = true;  // a verify forward without a round
   ExpectBroken(verified.CheckInvariants(), "SsmCacheBase invariant 4");
+  // Invariant 1, the shape: a conv kernel of 1 to kMaxConvKernel taps.
+  for (int conv : {0, -1, static_cast<int>(kMaxConvKernel) + 1}) {
+    SsmCache shape = c;
+    Access::Shape(shape).conv = conv;
+    const Status s = shape.CheckInvariants();
+    ExpectBroken(s, "SsmCacheBase invariant 1");
+    EXPECT_NE(s.message().find("bad recurrent shape"), std::string::npos) << "conv " << conv;
+  }
 
   // An armed round keeps one snapshot, one round size and one record per
   // row: each list of the wrong length breaks invariant 4 (the round's

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/batch.h"
 #include "core/codec/codec.h"
 #include "core/kv_cache.h"
 #include "core/layout.h"
@@ -902,6 +903,67 @@ TEST(TraceRunnerExpect, ExpectOutComparesEveryValue) {
       EXPECT_NE(fail.str().find("out.trace:5:"), std::string::npos) << fail.str();
     }
   }
+}
+
+// Extracting a row the batch does not have is refused, a negative row as
+// much as one past the end, naming the row and the batch's row count; the
+// cache is left as it was and nothing is made.
+TEST(BatchExtract, ANegativeRowIsRefused) {
+  BatchedKvCache cache(2, 1, 4);
+  auto hash = [&cache] {
+    Hasher h;
+    cache.HashState(&h);
+    return h.value();
+  };
+  const uint64_t before = hash();
+  for (int32_t row : {-1, -2, 2}) {
+    std::unique_ptr<Cache> made;
+    const Status s = ExtractRow(cache, row, &made);
+    ASSERT_FALSE(s.ok()) << "row " << row;
+    EXPECT_EQ(s.message(), "extract: no row " + std::to_string(row) + " (the batch has 2)");
+    EXPECT_EQ(made, nullptr);
+    EXPECT_EQ(hash(), before);
+  }
+}
+
+// A plain attention layer needs a dim of at least 1: a dim of 0 is a bad
+// shape, refused by Layout::Create naming the layer and its shape.
+TEST(LayoutCreate, APlainLayerOfDimZeroIsRefused) {
+  LayerConfig c;
+  c.name = "a";
+  c.heads = 1;
+  c.dim = 0;
+  std::unique_ptr<Layout> layout;
+  const Status s = Layout::Create(1, {c}, &layout);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message().rfind("layer 'a': bad shape (heads 1, query heads 1, dim 0", 0), 0u)
+      << s.message();
+  EXPECT_EQ(layout, nullptr);
+  c.dim = 1;
+  EXPECT_TRUE(Layout::Create(1, {c}, &layout).ok());
+}
+
+// `expect equal NAME` that fails names the first difference with the
+// current layout's side first and NAME's second ("positions 2 vs 0": the
+// current layout holds 2 tokens, the fork none).
+TEST(TraceRunnerExpect, ExpectEqualNamesTheCurrentSideFirst) {
+  const std::string text =
+      "trace 1\nrows 1\nlayer a kv\nfork other\nwindow 2\nexpect equal other\n";
+  trace::RunOptions options;
+  std::ostringstream out, err;
+  EXPECT_EQ(trace::RunTraceText(text, "equal.trace", options, out, err), 1);
+  EXPECT_NE(err.str().find("equal.trace:6: expected equal other got positions 2 vs 0"),
+            std::string::npos)
+      << err.str();
+  // The other way round: the fork holds the tokens.
+  const std::string other =
+      "trace 1\nrows 1\nlayer a kv\nfork other\nuse other\nwindow 2\nuse main\n"
+      "expect equal other\n";
+  std::ostringstream out2, err2;
+  EXPECT_EQ(trace::RunTraceText(other, "equal.trace", options, out2, err2), 1);
+  EXPECT_NE(err2.str().find("equal.trace:8: expected equal other got positions 0 vs 2"),
+            std::string::npos)
+      << err2.str();
 }
 
 }  // namespace
