@@ -596,18 +596,17 @@ TEST(TraceRunnerLimits, StorageBudgetExceededExitsTwo) {
   EXPECT_EQ(trace::RunTraceText(text, "budget.trace", options, out2, err2), 0) << err2.str();
 }
 
-// A reload holds the layout, its encoding and its decoded copy at once: the
-// smallest budget that lets a trace reload exceeds the smallest one that
-// runs it without the reload by more than half the layout's storage, and
-// one byte less stops it at the reload, naming it.
-size_t SmallestBudget(const std::string& text) {
-  size_t lo = 1, hi = size_t{64} << 20;  // runs with hi, not with lo - 1
-  while (lo < hi) {
-    const size_t mid = lo + (hi - lo) / 2;
+// The smallest limit in [lo, hi] with which `text` runs to its end (exit 0)
+// when `set(options, limit)` applies it; one less stops it. The runner
+// passes for every limit from that one up, so a bisection finds it.
+template <class Set>
+uint64_t SmallestPassingLimit(const std::string& text, uint64_t lo, uint64_t hi, Set set) {
+  while (lo < hi) {  // runs with hi, not with lo - 1
+    const uint64_t mid = lo + (hi - lo) / 2;
     trace::RunOptions options;
-    options.max_bytes = mid;
+    set(&options, mid);
     std::ostringstream out, err;
-    if (trace::RunTraceText(text, "reload.trace", options, out, err) == 0) {
+    if (trace::RunTraceText(text, "limit.trace", options, out, err) == 0) {
       hi = mid;
     } else {
       lo = mid + 1;
@@ -616,6 +615,16 @@ size_t SmallestBudget(const std::string& text) {
   return lo;
 }
 
+size_t SmallestBudget(const std::string& text) {
+  return static_cast<size_t>(SmallestPassingLimit(
+      text, 1, uint64_t{64} << 20,
+      [](trace::RunOptions* o, uint64_t limit) { o->max_bytes = static_cast<size_t>(limit); }));
+}
+
+// A reload holds the layout, its encoding and its decoded copy at once: the
+// smallest budget that lets a trace reload exceeds the smallest one that
+// runs it without the reload by more than half the layout's storage, and
+// one byte less stops it at the reload, naming it.
 TEST(TraceRunnerLimits, ReloadNeedsRoomForTwoCopies) {
   // Wide tokens (64 heads x dim 512: 256 KiB each), so that the layout's
   // storage, not one forward's read-back, decides the smallest budget.
@@ -663,20 +672,11 @@ TEST(TraceRunnerLimits, SeenTagsAreHeldOnlyForATraceThatReadsThem) {
 // The smallest work budget (RunOptions::max_work, in operations) that runs
 // `text` to its end: one operation less stops it with a work limit.
 uint64_t SmallestWork(const std::string& text, bool values) {
-  uint64_t lo = 0, hi = uint64_t{1} << 40;  // runs with hi, not with lo - 1
-  while (lo < hi) {
-    const uint64_t mid = lo + (hi - lo) / 2;
-    trace::RunOptions options;
-    options.max_work = mid;
-    options.values = values;
-    std::ostringstream out, err;
-    if (trace::RunTraceText(text, "work.trace", options, out, err) == 0) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
-  }
-  return lo;
+  return SmallestPassingLimit(text, 0, uint64_t{1} << 40,
+                              [values](trace::RunOptions* o, uint64_t limit) {
+                                o->max_work = limit;
+                                o->values = values;
+                              });
 }
 
 // A forward's work, as README defines it, per attention layer: per seen
