@@ -239,19 +239,25 @@ TEST(CodecDamage, LayoutRefusesARingConfigOfAnotherWindow) {
       << s.message();
 }
 
-// A layer's cache that does not decode is refused with its own reason
-// (here an unknown kind), named by layer, not as trailing bytes.
-TEST(CodecDamage, ALayerCacheThatDoesNotDecodeIsRefusedForItsReason) {
+// The encoding of a one-row layout of one default kv layer "a" after a
+// window of `tokens` tokens.
+void EncodeOneKvLayer(int32_t tokens, std::string* bytes) {
   LayerConfig kv;
   kv.name = "a";
   std::unique_ptr<Layout> layout;
   ASSERT_TRUE(Layout::Create(1, {kv}, &layout).ok());
-  const auto x = Filled(2 * 4, 0.5f);
-  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(1, 2),
+  const auto x = Filled(static_cast<size_t>(tokens) * 4, 0.5f);
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(1, tokens),
                               {AttentionIO(x.data(), x.data(), x.data(), nullptr)})
                   .ok());
+  ASSERT_TRUE(EncodeLayout(*layout, bytes).ok());
+}
+
+// A layer's cache that does not decode is refused with its own reason
+// (here an unknown kind), named by layer, not as trailing bytes.
+TEST(CodecDamage, ALayerCacheThatDoesNotDecodeIsRefusedForItsReason) {
   std::string bytes;
-  ASSERT_TRUE(EncodeLayout(*layout, &bytes).ok());
+  ASSERT_NO_FATAL_FAILURE(EncodeOneKvLayer(2, &bytes));
   const size_t cache = bytes.find("KVSC");
   ASSERT_NE(cache, std::string::npos);
   const uint32_t length = Get<uint32_t>(bytes, cache + 8);
@@ -271,16 +277,8 @@ TEST(CodecDamage, ALayerCacheThatDoesNotDecodeIsRefusedForItsReason) {
 // The bypass-trim bound of a row lies in [0, its next position]: a negative
 // bound is refused.
 TEST(CodecDamage, LayoutRefusesANegativeBypassBound) {
-  LayerConfig kv;
-  kv.name = "a";
-  std::unique_ptr<Layout> layout;
-  ASSERT_TRUE(Layout::Create(1, {kv}, &layout).ok());
-  const auto x = Filled(3 * 4, 0.5f);
-  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(1, 3),
-                              {AttentionIO(x.data(), x.data(), x.data(), nullptr)})
-                  .ok());
   std::string bytes;
-  ASSERT_TRUE(EncodeLayout(*layout, &bytes).ok());
+  ASSERT_NO_FATAL_FAILURE(EncodeOneKvLayer(3, &bytes));
   // Tail: u64 1, i32 bound; u8 armed, u8 verified; u64 0 (verify sizes).
   const size_t n = bytes.size();
   ASSERT_EQ(Get<uint64_t>(bytes, n - 8), 0u);
