@@ -114,6 +114,7 @@ struct ForwardInputs {
 int ExpectSaturated(const char* what, const std::function<size_t()>& figure) {
   const size_t clean = figure();
   EXPECT_GT(clean, 0u) << what;
+  EXPECT_LT(clean, std::numeric_limits<size_t>::max()) << what;
   int injected = 0;
   for (long n = 1; n < 10000; ++n) {
     FailAllocation(n);
@@ -145,6 +146,13 @@ TEST(LayoutAllocationGaps, ByteFiguresSaturateWhenMemoryRunsOut) {
   // last is followed by layers whose figures are added to the saturated one.
   EXPECT_GE(ExpectSaturated("BytesAfterFilter", [&] { return l.BytesAfterFilter(rows); }), 3);
   EXPECT_GE(ExpectSaturated("BytesAfterJoin", [&] { return l.BytesAfterJoin(o); }), 3);
+  // and the clean figures are what Filter and Join then hold
+  const size_t filtered = l.BytesAfterFilter(rows), joined = l.BytesAfterJoin(o);
+  std::unique_ptr<Layout> copy = layout->Copy();
+  ASSERT_TRUE(copy->Filter(rows).ok());
+  EXPECT_EQ(copy->allocatedBytes(), filtered);
+  ASSERT_TRUE(layout->Join(*other).ok());
+  EXPECT_EQ(layout->allocatedBytes(), joined);
 }
 
 // Running out of memory in the attention kernel's scratch, after the
