@@ -275,6 +275,34 @@ TEST(LayoutForwardGaps, AnOutputWithoutAQueryIsLeftUntouched) {
   EXPECT_TRUE(written);
 }
 
+// A recurrent layer reads only its SsmIO: query and output pointers given
+// with it are ignored (it has no mask to attend through), the output
+// buffer is left as it was.
+TEST(LayoutForwardGaps, ARecurrentLayerIgnoresAttentionPointers) {
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(1, {Kv("a"), Ssm("s")}, &layout).ok());
+  const LayerConfig& c = layout->config(1);
+  const size_t L = 2, C = c.SsmChannels(), hv = static_cast<size_t>(c.heads);
+  const std::vector<float> weights = Filled(C * c.conv, 0.1f), x = Filled(L * C, 0.2f),
+                           gate = Filled(L * hv, 0.5f), beta = Filled(L * hv, 0.3f);
+  SsmIO ssm;
+  ssm.conv_weights = weights.data();
+  ssm.x = x.data();
+  ssm.gate = gate.data();
+  ssm.beta = beta.data();
+  AttentionIO recurrent(ssm);
+  const std::vector<float> query = Filled(L * c.heads * c.dim, 0.7f);
+  const float kSentinel = -54321.0f;
+  std::vector<float> out(query.size(), kSentinel);
+  recurrent.q = query.data();
+  recurrent.out = out.data();
+  AttentionBuffers a(layout->config(0), 1, 2);
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(1, 2), {a.io(), recurrent}).ok());
+  for (float v : out) EXPECT_EQ(v, kSentinel);
+  EXPECT_EQ(layout->positions(), std::vector<int32_t>{2});
+  EXPECT_EQ(layout->LastMask(1), nullptr);
+}
+
 // Trim refuses a negative count and changes nothing; a count of 0 is a
 // (no-op) trim.
 TEST(LayoutTrimGaps, ANegativeCountIsRefused) {
@@ -319,7 +347,10 @@ TEST(LayoutJoinGaps, KindHeadsLayerCountAndSelfAreRefused) {
     std::vector<LayerConfig> ours, theirs;
     std::string message;
   };
+  LayerConfig renamed = ring;
+  renamed.name = "b";
   const Case cases[] = {
+      {"name", {ring}, {renamed}, "join needs the same layer list (layer 'a' differs)"},
       {"kind", {ring}, {kv}, "join needs the same layer list (layer 'a' differs)"},
       {"heads", {one}, {two}, "join needs the same layer list (layer 'a' differs)"},
       {"more layers", {ring}, {ring, Kv("b")}, "join needs the same layer list"},
