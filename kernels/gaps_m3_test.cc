@@ -23,6 +23,7 @@
 #include "kernels/mask.h"
 #include "kernels/test_random.h"
 #include "kernels/thread_pool.h"
+#include "testing/target_params.h"
 
 namespace kvspec {
 namespace {
@@ -106,8 +107,17 @@ std::vector<float> AttendChunked(const std::vector<float>& q, const KvView& kv, 
 //    it) are interleaved among them ("sparse"),
 //  - the range is tight (lo and hi are the first and last admitted
 //    positions) or loose (no slot sits on lo or hi),
-// and stays within the tolerance of the reference.
-TEST(AttentionChunkGaps, ChunksCountAdmittedSlotsOnly) {
+// and stays within the tolerance of the reference. On every target.
+class AttentionChunkTargets : public ::testing::TestWithParam<int64_t> {
+ protected:
+  void SetUp() override {
+    // The kernel under test is the target's, not the best one's.
+    ASSERT_STREQ(hwy::TargetName(GetParam()), AttentionTargetName());
+  }
+  testing::TargetScope scope_{GetParam()};
+};
+
+TEST_P(AttentionChunkTargets, ChunksCountAdmittedSlotsOnly) {
   constexpr int32_t kChunk = kAttendChunkMultiple;
   constexpr int32_t kAdmitted = 2 * kChunk + 1;
   Rand r(20);
@@ -158,6 +168,8 @@ TEST(AttentionChunkGaps, ChunksCountAdmittedSlotsOnly) {
     }
   }
 }
+
+KVSPEC_FOR_EACH_TARGET(AttentionChunkTargets);
 
 // AttendWith's chunk must be 0 or a positive multiple of
 // kAttendChunkMultiple, in every build: anything else aborts naming it.
