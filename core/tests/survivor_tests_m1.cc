@@ -3,6 +3,9 @@
 // what Layout::Accept refuses before it changes anything (each condition on
 // its own), and the lockstep of layers sharing a mask in the number of
 // columns they hold. Written after that run: they do not change its score.
+// Also two older survivors of issue 20 that no test killed any more: a
+// ring's storage bounded by its capacity, and a truncated recurrent state
+// refused before it is allocated.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -11,8 +14,10 @@
 #include <vector>
 
 #include "core/batch.h"
+#include "core/codec/codec.h"
 #include "core/kv_cache.h"
 #include "core/layout.h"
+#include "core/ssm_cache.h"
 
 namespace kvspec {
 
@@ -212,6 +217,65 @@ TEST(LayerLockstep, RingsSharingAMaskMustHoldTheSameColumns) {
   EXPECT_NE(s.message().find("layer 1 is out of lockstep with layer 0 (Layout invariant 4)"),
             std::string::npos)
       << s.message();
+}
+
+// A ring is written in place: once a rotating cache (window 3, capacity 5)
+// has wrapped, its storage stays the same whatever the number of decodes
+// that follow, at most capacity + 1 slots per row (a decode appends one
+// column to at most the capacity it holds); after a window of 8 columns,
+// at most W - 1 + 8 slots (the older columns its earliest query sees, then
+// the new ones), again unchanged by the decodes that follow.
+TEST(RingStorage, StaysBoundedWhateverTheDecodes) {
+  RotatingCache ring(/*kv_heads=*/1, /*dim=*/4, /*window=*/3, /*capacity=*/5);
+  const auto x = Filled(8 * 4, 0.5f);
+  const auto decodes = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      ASSERT_TRUE(
+          ring.Append(ForwardColumns::Dense(1, 1, /*decode=*/true), x.data(), x.data()).ok());
+    }
+  };
+  ASSERT_TRUE(ring.Append(ForwardColumns::Dense(1, 4), x.data(), x.data()).ok());
+  decodes(4);  // position 8: wrapped
+  const size_t wrapped = ring.allocatedBytes();
+  EXPECT_LE(wrapped, ColumnStore::StorageBytes(1, 1, 4, 5 + 1));
+  for (int i = 0; i < 40; ++i) {
+    decodes(1);
+    ASSERT_EQ(ring.allocatedBytes(), wrapped) << "after " << i + 1 << " more decodes";
+  }
+  EXPECT_EQ(ring.positions(), std::vector<int32_t>{48});
+  ASSERT_TRUE(ring.Append(ForwardColumns::Dense(1, 8), x.data(), x.data()).ok());
+  const size_t windowed = ring.allocatedBytes();
+  EXPECT_LE(windowed, ColumnStore::StorageBytes(1, 1, 4, 3 - 1 + 8));
+  for (int i = 0; i < 20; ++i) {
+    decodes(1);
+    ASSERT_EQ(ring.allocatedBytes(), windowed) << "after " << i + 1 << " decodes";
+  }
+}
+
+// The codec allocates a recurrent cache's states before it reads them, so
+// it first checks that the input holds them: an encoding cut to half its
+// length (half of the states missing) is refused as "recurrent state
+// larger than the input", before anything is allocated.
+TEST(CodecDamage, ATruncatedRecurrentStateIsRefusedBeforeItIsAllocated) {
+  SsmShape shape;
+  shape.value_heads = 4;
+  shape.key_heads = 2;
+  shape.dk = 16;
+  shape.dv = 16;
+  SsmCache cache(shape);
+  std::string bytes;
+  ASSERT_TRUE(EncodeCache(cache, &bytes).ok());
+  const size_t state_bytes = 2 * (shape.ConvFloats() + shape.RecurrentFloats()) * sizeof(float);
+  // The states are nearly all of the encoding.
+  ASSERT_GT(state_bytes, bytes.size() - 256);
+  std::unique_ptr<Cache> out;
+  ASSERT_TRUE(DecodeCache(bytes, &out).ok());
+  out.reset();
+  const Status s = DecodeCache(bytes.substr(0, bytes.size() / 2), &out);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("recurrent state larger than the input"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(out, nullptr);
 }
 
 }  // namespace
