@@ -235,7 +235,8 @@ TEST(TraceRunnerInvariants, HoldAfterEveryStatementOfTheCorpus) {
     const std::string text = ReadFile(path);
     Program program;
     SyntaxError error;
-    if (!trace::ParseTrace(text, path.filename().string(), &program, &error)) continue;
+    const std::string name = path.filename().string();
+    if (!trace::ParseTrace(text, name, &program, &error)) continue;
     trace::RunOptions options;
     for (const Statement& st : program.body) {
       if (st.op() == trace::Op::kExpectOut) options.values = true;
@@ -253,8 +254,7 @@ TEST(TraceRunnerInvariants, HoldAfterEveryStatementOfTheCorpus) {
           const Outcome o = RunnerTestAccess::Execute(runner, st);
           ++statements;
           const Status s = runner.CheckInvariants();
-          EXPECT_TRUE(s.ok()) << path.filename().string() << ":" << st.line << ": "
-                              << s.message();
+          EXPECT_TRUE(s.ok()) << name << ":" << st.line << ": " << s.message();
           if (o.code) break;
         }
       }
@@ -275,21 +275,21 @@ TEST(TraceParserInvariants, HoldAfterEveryLineOfTheCorpus) {
   int prefixes = 0;
   for (const auto& path : CorpusTraces()) {
     const std::string text = ReadFile(path);
+    const std::string name = path.filename().string();  // the parser keeps a view of it
     int line = 0;
     for (size_t end = 0; end < text.size(); ++end) {
       if (text[end] != '\n') continue;
       ++line;
       Program program;
       SyntaxError error;
-      trace::parse_internal::Parser parser(path.filename().string(), &program, &error);
+      trace::parse_internal::Parser parser(name, &program, &error);
       const bool ok = parser.Parse(std::string_view(text).substr(0, end + 1));
       // A prefix that stops at a line of its own stops before the check;
       // one that stops at its end (an incomplete header) ran every line.
       if (!ok && error.line <= line) break;
       ++prefixes;
       const Status s = parser.CheckInvariants();
-      EXPECT_TRUE(s.ok()) << path.filename().string() << ": after line " << line << ": "
-                          << s.message();
+      EXPECT_TRUE(s.ok()) << name << ": after line " << line << ": " << s.message();
       EXPECT_EQ(program.lines.size(), static_cast<size_t>(line));
     }
   }
