@@ -317,7 +317,9 @@ TEST(AttentionGroups, EightOrMoreQueryHeadsPerKvHeadMatchTheReference) {
             mask.hi.push_back(p);
           }
           std::vector<float> q(static_cast<size_t>(queries) * q_heads * dim);
-          for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(1.3f * static_cast<float>(i) + 0.5f);
+          for (size_t i = 0; i < q.size(); ++i) {
+            q[i] = std::sin(1.3f * static_cast<float>(i) + 0.5f);
+          }
           std::vector<float> got(q.size(), 777.0f), want(q.size(), -777.0f);
           Attend(q.data(), q_heads, view, mask, got.data());
           AttendReference(q.data(), q_heads, view, mask, want.data());
