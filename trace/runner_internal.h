@@ -94,6 +94,10 @@ class Runner {
   Status CheckInvariants() const;
 
  private:
+  // trace/survivor_tests_m1_test.cc runs statements one at a time and
+  // injects a faulty cache into a layout.
+  friend struct RunnerTestAccess;
+
   Layout& Cur() { return *layouts_[current_].layout; }
   LastForward& Last() { return layouts_[current_].last; }
 

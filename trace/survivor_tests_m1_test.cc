@@ -1,0 +1,300 @@
+// Behaviour of the trace runner and parser that survivors of the fifth
+// fresh mutation sample (tools/mutate --sample 60 --seed 2026120308)
+// showed no test observed in a build with NDEBUG (the dev preset and
+// tools/mutate): the read-back memory of `out` entries, `expect error`
+// reporting a refusal that changed the layout, and the runner's and the
+// parser's own invariants, which only builds without NDEBUG check between
+// statements (trace/runner.cc, trace/parse.cc). Written after that run:
+// they do not change its score.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/kv_cache.h"
+#include "core/layout.h"
+#include "trace/parse_internal.h"
+#include "trace/program.h"
+#include "trace/runner.h"
+#include "trace/runner_internal.h"
+
+#ifndef KVSPEC_SOURCE_DIR
+#error "KVSPEC_SOURCE_DIR (the source tree) must be defined"
+#endif
+
+namespace kvspec {
+
+// The friend Layout names for tests that corrupt states (this binary's own
+// definition): here, to put a faulty cache in a layer.
+struct InvariantsTestAccess {
+  static std::vector<std::unique_ptr<Cache>>& Layers(Layout& l) { return l.layers_; }
+};
+
+namespace trace::runner_internal {
+
+struct RunnerTestAccess {
+  static Outcome Execute(Runner& r, const Statement& st) { return r.Execute(st); }
+  static Layout& Current(Runner& r) { return r.Cur(); }
+};
+
+}  // namespace trace::runner_internal
+
+namespace {
+
+using trace::Program;
+using trace::Statement;
+using trace::SyntaxError;
+using trace::runner_internal::Outcome;
+using trace::runner_internal::Runner;
+using trace::runner_internal::RunnerTestAccess;
+
+// ------------------------------------------------------------ out entries
+
+// The smallest memory budget (RunOptions::max_bytes) with which `text` runs
+// to its end; one byte less stops it.
+uint64_t SmallestBudget(const std::string& text, bool values) {
+  uint64_t lo = 1, hi = uint64_t{64} << 20;
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    trace::RunOptions options;
+    options.max_bytes = static_cast<size_t>(mid);
+    options.values = values;
+    std::ostringstream out, err;
+    if (trace::RunTraceText(text, "out.trace", options, out, err) == 0) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+// With outputs observed (--values), a layout's last forward holds every
+// query's output: README's budget counts 64 bytes per reported entry plus
+// its floats (Hq x D), in every layout that holds the forward (each fork
+// copies it). A window of 8 queries of 1 head of dim 4, then forks: the
+// smallest budget with --values exceeds the one without by exactly
+// (layouts holding the forward) x 8 x (64 + 16) bytes, the forks deciding
+// both; that budget runs the trace and one byte less stops it at the last
+// fork, exit 2.
+TEST(TraceRunnerLimits, EachHeldOutEntryCosts64BytesAndItsFloats) {
+  const std::string window = "trace 1\nrows 1\nlayer a kv heads=1 dim=4\nwindow 8\n";
+  const uint64_t per_forward = 8 * (64 + 4 * sizeof(float));
+  std::string text = window;
+  uint64_t last_with = 0, last_without = 0;
+  for (int forks = 1; forks <= 6; ++forks) {
+    text += "fork f" + std::to_string(forks) + "\n";
+    const uint64_t with = SmallestBudget(text, true);
+    const uint64_t without = SmallestBudget(text, false);
+    if (forks >= 3) {  // the forks decide, not the forward
+      // The last fork is made while `forks` layouts hold the forward.
+      EXPECT_EQ(with - without, static_cast<uint64_t>(forks) * per_forward)
+          << forks << " forks: " << with << " vs " << without;
+    }
+    if (forks >= 4) {
+      // One more fork holds one more copy of the storage and the outputs.
+      EXPECT_EQ(with - last_with, without - last_without + per_forward) << forks << " forks";
+    }
+    last_with = with;
+    last_without = without;
+  }
+  trace::RunOptions options;
+  options.values = true;
+  options.max_bytes = static_cast<size_t>(last_with);
+  std::ostringstream out, err;
+  EXPECT_EQ(trace::RunTraceText(text, "out.trace", options, out, err), 0) << err.str();
+  options.max_bytes = static_cast<size_t>(last_with - 1);
+  std::ostringstream out2, err2;
+  EXPECT_EQ(trace::RunTraceText(text, "out.trace", options, out2, err2), 2);
+  EXPECT_NE(err2.str().find("out.trace:10: limit: fork needs "), std::string::npos) << err2.str();
+}
+
+// ------------------------------------------------------------ expect error
+
+// A plain kv cache whose trim refuses what its CheckTrim accepted: a cache
+// bug that makes Layout::Trim refuse after it trimmed the layers before it.
+class TrimRefusingKvCache final : public WithKind<TrimRefusingKvCache, ColumnStore> {
+ public:
+  static constexpr std::string_view kKind = "trim_refusing_kv";
+  TrimRefusingKvCache(int kv_heads, int dim) : WithKind(1, kv_heads, dim, kNoWindow, 0) {}
+  std::unique_ptr<Cache> Copy() const override {
+    return std::make_unique<TrimRefusingKvCache>(*this);
+  }
+  Status trim(int32_t, bool) override { return Status::Error("this cache never trims"); }
+};
+
+Program Parse(const std::string& text, const std::string& name) {
+  Program program;
+  SyntaxError error;
+  EXPECT_TRUE(trace::ParseTrace(text, name, &program, &error)) << error.ToString();
+  return program;
+}
+
+// Runs the header of `program` (the layout's creation) in `runner` and
+// returns the body to run statement by statement (Runner::Run runs the body
+// it finds: it is moved out meanwhile). The runner was made with the whole
+// program, as Run's caller makes it.
+std::vector<Statement> RunHeader(Program* program, Runner* runner) {
+  std::vector<Statement> body = std::move(program->body);
+  program->body.clear();
+  EXPECT_EQ(runner->Run(), 0);
+  return body;
+}
+
+// `expect error OP` promises that OP is refused and that the layout is
+// bit-identical afterwards (TRACE.md): a refusal that changed the layout is
+// reported as a failed expectation (exit 1), naming the refusal, and the run
+// goes on. Here layer b's cache refuses its trim after layer a trimmed; the
+// same trace with a trim every layer refuses up front is not reported.
+TEST(TraceRunnerExpect, ARefusalThatChangedTheLayoutIsReported) {
+  for (const bool changes : {true, false}) {
+    SCOPED_TRACE(changes ? "trim 1 (layer a trims, then b refuses)" : "trim 9 (refused up front)");
+    const std::string text = std::string("trace 1\nrows 1\nlayer a kv\nlayer b kv\nwindow 3\n") +
+                             (changes ? "expect error trim 1\n" : "expect error trim 9\n") +
+                             "expect positions 3\n";
+    Program program = Parse(text, "refusal.trace");
+    std::ostringstream out, err;
+    Runner runner(program, trace::RunOptions(), out, err);
+    std::vector<Statement> body = RunHeader(&program, &runner);
+    ASSERT_EQ(body.size(), 3u);
+    Layout& layout = RunnerTestAccess::Current(runner);
+    ASSERT_EQ(layout.size(), 2u);
+    kvspec::InvariantsTestAccess::Layers(layout)[1] =
+        std::make_unique<TrimRefusingKvCache>(layout.config(1).heads, layout.config(1).dim);
+    ASSERT_EQ(RunnerTestAccess::Execute(runner, body[0]).code, 0);  // window 3
+    ASSERT_EQ(layout.positions(), std::vector<int32_t>{3});
+    // The refusal itself happened either way.
+    const uint64_t before = layout.StateHash();
+    const Status refused = changes ? Status::Ok() : layout.Trim(9, false);
+    ASSERT_EQ(refused.ok(), changes);
+    ASSERT_EQ(layout.StateHash(), before);
+    const Outcome o = RunnerTestAccess::Execute(runner, body[1]);
+    EXPECT_EQ(o.code, 0) << o.message;  // a failed expectation, not a stop
+    if (changes) {
+      EXPECT_NE(layout.StateHash(), before);
+      EXPECT_NE(err.str().find("refusal.trace:6: expected the layout unchanged after the refusal "
+                               "(internal: layers out of lockstep: this cache never trims) got a "
+                               "change"),
+                std::string::npos)
+          << err.str();
+    } else {
+      EXPECT_EQ(err.str(), "");
+    }
+    // The run went on: the next statement runs and is checked.
+    EXPECT_EQ(RunnerTestAccess::Execute(runner, body[2]).code, 0);
+    if (changes) {
+      EXPECT_NE(err.str().find("refusal.trace:7: expected positions 3 got 2"), std::string::npos)
+          << err.str();
+    } else {
+      EXPECT_EQ(err.str(), "");
+    }
+  }
+}
+
+// ------------------------------------------------------------ self-checks
+
+std::vector<std::filesystem::path> CorpusTraces() {
+  std::vector<std::filesystem::path> files;
+  for (const char* folder : {"/corpus/traces", "/corpus/bad"}) {
+    for (const auto& entry :
+         std::filesystem::directory_iterator(std::string(KVSPEC_SOURCE_DIR) + folder)) {
+      const std::string name = entry.path().filename().string();
+      // limit_* traces are hostile inputs that run up to their budgets.
+      if (entry.path().extension() == ".trace" && name.rfind("limit_", 0) != 0) {
+        files.push_back(entry.path());
+      }
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::string ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The runner's invariants (trace/runner_internal.h: the current layout
+// exists, every layout has the header's layers and 1..64 rows, the conv
+// weights and their packed copy agree, the status is 0, 1 or 2, and no
+// statement is left half inside `expect error`) hold after every statement
+// of every corpus trace that parses, refused and failed ones included, in
+// every build (Runner::Run checks them only without NDEBUG). Run as Run
+// runs them: statement by statement, up to the first that stops the run.
+TEST(TraceRunnerInvariants, HoldAfterEveryStatementOfTheCorpus) {
+  int traces = 0, statements = 0;
+  for (const auto& path : CorpusTraces()) {
+    const std::string text = ReadFile(path);
+    Program program;
+    SyntaxError error;
+    const std::string name = path.filename().string();
+    if (!trace::ParseTrace(text, name, &program, &error)) continue;
+    trace::RunOptions options;
+    for (const Statement& st : program.body) {
+      if (st.op() == trace::Op::kExpectOut) options.values = true;
+    }
+    for (const bool emit : {false, true}) {
+      options.emit = emit;
+      std::ostringstream out, err;
+      Runner runner(program, options, out, err);
+      std::vector<Statement> body = std::move(program.body);
+      program.body.clear();
+      const int header = runner.Run();
+      if (header == 0) {
+        ++traces;
+        for (const Statement& st : body) {
+          const Outcome o = RunnerTestAccess::Execute(runner, st);
+          ++statements;
+          const Status s = runner.CheckInvariants();
+          EXPECT_TRUE(s.ok()) << name << ":" << st.line << ": " << s.message();
+          if (o.code) break;
+        }
+      }
+      program.body = std::move(body);
+    }
+  }
+  EXPECT_GE(traces, 2 * 80);  // the corpus, twice
+  EXPECT_GT(statements, 4000);
+}
+
+// The parser's invariants (trace/parse_internal.h: one stored line per line
+// read, at most kMaxLayers layers with one line number each, statements
+// only once the body began and no more than the lines that hold one, the
+// fork and extract budget) hold after every line of every corpus trace, in
+// every build (Parser::Parse checks them only without NDEBUG): the parser
+// is run on each prefix of the file that ends at a line end.
+TEST(TraceParserInvariants, HoldAfterEveryLineOfTheCorpus) {
+  int prefixes = 0;
+  for (const auto& path : CorpusTraces()) {
+    const std::string text = ReadFile(path);
+    const std::string name = path.filename().string();  // the parser keeps a view of it
+    int line = 0;
+    for (size_t end = 0; end < text.size(); ++end) {
+      if (text[end] != '\n') continue;
+      ++line;
+      Program program;
+      SyntaxError error;
+      trace::parse_internal::Parser parser(name, &program, &error);
+      const bool ok = parser.Parse(std::string_view(text).substr(0, end + 1));
+      // A prefix that stops at a line of its own stops before the check;
+      // one that stops at its end (an incomplete header) ran every line.
+      if (!ok && error.line <= line) break;
+      ++prefixes;
+      const Status s = parser.CheckInvariants();
+      EXPECT_TRUE(s.ok()) << name << ": after line " << line << ": " << s.message();
+      EXPECT_EQ(program.lines.size(), static_cast<size_t>(line));
+    }
+  }
+  EXPECT_GT(prefixes, 3000);
+}
+
+}  // namespace
+}  // namespace kvspec
