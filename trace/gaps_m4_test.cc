@@ -433,6 +433,7 @@ TEST(GapsM4ParseTest, InvalidNameAt) {
   using parse_internal::InvalidNameAt;
   constexpr size_t kValid = std::string_view::npos;
   EXPECT_EQ(InvalidNameAt(""), 0u);  // documented: invalid at 0
+  EXPECT_EQ(InvalidNameAt(std::string_view("ab", 0)), 0u);  // empty, whatever follows
   EXPECT_EQ(InvalidNameAt("a"), kValid);
   EXPECT_EQ(InvalidNameAt("z"), kValid);
   EXPECT_EQ(InvalidNameAt("`a"), 0u);  // just below 'a'
