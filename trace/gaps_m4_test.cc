@@ -372,6 +372,43 @@ TEST(GapsM4RunnerTest, ARowHoldsAtMostTheTokenLimit) {
                        std::to_string(kMaxTokensPerRow) + " tokens\n");
 }
 
+// The smallest memory budget (RunOptions::max_bytes) under which `text`
+// runs to its end with exit 0 (bisection; a budget that passes passes
+// every larger one).
+size_t SmallestPassingBudget(const std::string& text) {
+  size_t lo = 0, hi = size_t{1} << 32;  // lo fails, hi passes
+  RunOptions options;
+  options.max_bytes = hi;
+  EXPECT_EQ(RunText(text, options).status, 0);
+  while (hi - lo > 1) {
+    options.max_bytes = lo + (hi - lo) / 2;
+    (RunText(text, options).status == 0 ? hi : lo) = options.max_bytes;
+  }
+  return hi;
+}
+
+// `filter` and `extract` build their new layers while everything held stays
+// allocated: with a copy of the layout held (a fork), they are the
+// statements that need the most memory, so one byte less than the budget
+// the trace needs stops it at them, as a limit (exit 2) naming them.
+TEST(GapsM4RunnerTest, FilterAndExtractAreRefusedOverTheMemoryBudget) {
+  const std::string head = "trace 1\nrows 2\nlayer a kv heads=64 dim=512\nwindow 4\nfork x\n";
+  for (const char* statement : {"filter 0,1", "extract 1 as y"}) {
+    const std::string last = statement;
+    const std::string text = head + last + "\n";
+    const size_t budget = SmallestPassingBudget(text);
+    RunOptions options;
+    options.max_bytes = budget - 1;
+    const RunResult r = RunText(text, options);
+    EXPECT_EQ(r.status, 2) << last;
+    const std::string what = last.substr(0, last.find(' '));
+    EXPECT_EQ(r.err.rfind("t.trace:6: limit: " + what + " needs ", 0), 0u) << r.err;
+    // Without the last statement the trace needs less.
+    options.max_bytes = budget - 1;
+    EXPECT_EQ(RunText(head, options).status, 0) << last;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // JSON.
 
