@@ -79,7 +79,7 @@ class Parser {
   bool ResolveLayer(const int32_t* values, const int* value_col, const Word& kind_word,
                     LayerConfig* layer);
 
-  // words_[k] is an operation keyword / `expect`.
+  // words_[k] is an operation keyword (IsOperationKeyword) / `expect`.
   bool ParseOperation(size_t k, Statement* s);
   bool ParseForward(size_t k, Statement* s);  // window / decode
   bool ParseTrim(size_t k, Statement* s);

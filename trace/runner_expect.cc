@@ -131,7 +131,9 @@ Outcome Runner::CheckBytesPerToken(const Statement& st, const ExpectBytesPerToke
   return {};
 }
 
-// The first observable difference between two layouts, or "".
+// The first observable difference between two layouts, or "". Both have
+// the header's layer list (runner_internal.h), so layer l is the same kind
+// in both.
 std::string Difference(const Layout& a, const Layout& b) {
   if (a.rows() != b.rows()) {
     return "rows " + std::to_string(a.rows()) + " vs " + std::to_string(b.rows());
@@ -140,9 +142,8 @@ std::string Difference(const Layout& a, const Layout& b) {
     return "positions " + JoinInts(a.positions()) + " vs " + JoinInts(b.positions());
   }
   for (size_t l = 0; l < a.size(); ++l) {
-    const SsmCacheBase* ra = a.recurrent(l);
-    const SsmCacheBase* rb = b.recurrent(l);
-    if (ra && rb) {
+    if (const SsmCacheBase* ra = a.recurrent(l)) {
+      const SsmCacheBase* rb = b.recurrent(l);
       const SsmShape& shape = ra->shape();
       for (int r = 0; r < a.rows(); ++r) {
         if (std::memcmp(ra->ConvState(r), rb->ConvState(r),
@@ -160,7 +161,6 @@ std::string Difference(const Layout& a, const Layout& b) {
     }
     const AttentionCache* ca = a.attention(l);
     const AttentionCache* cb = b.attention(l);
-    if (!ca || !cb) continue;
     const KvView va = ca->View(), vb = cb->View();
     const size_t dim = static_cast<size_t>(va.dim);
     const std::vector<int32_t> next = a.positions();

@@ -181,7 +181,9 @@ class Runner {
   std::map<int, std::vector<std::string>> emit_after_;  // --emit: line -> lines
 };
 
-// The first observable difference between two layouts, or "".
+// The first observable difference between two layouts, or "". Both must
+// have the header's layer list, as every layout of a run has (Create,
+// fork, extract, join, filter and reload keep it).
 std::string Difference(const Layout& a, const Layout& b);
 
 }  // namespace kvspec::trace::runner_internal
