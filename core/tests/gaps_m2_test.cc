@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,8 @@ struct InvariantsTestAccess {
   static int32_t& Window(ColumnStore& c) { return c.window_; }
   static int32_t& RingCapacity(ColumnStore& c) { return c.ring_capacity_; }
   static size_t& Slots(ColumnStore& c) { return c.slots_; }
+  static size_t& First(ColumnStore& c) { return c.first_; }
+  static int64_t& Held(ColumnStore& c) { return c.held_; }
   static std::vector<int32_t>& Next(ColumnStore& c) { return c.next_; }
   static std::vector<int64_t>& HeldPads(ColumnStore& c) { return c.held_pads_; }
 
@@ -394,6 +398,60 @@ TEST(GapsM2Layout, EveryChangeRefusesLayersOutOfStep) {
   ExpectError(positions->Trim(1, /*bypass=*/false),
               {"Layout::Trim refused", "layer 1 is out of step with layer 0", "Layout invariant 3"});
   EXPECT_EQ(positions->StateHash(), before);
+}
+
+// Invariant 4: rings sharing a mask must be at the same phase. Each pair
+// below differs in one field only, both rings valid on their own: the
+// oldest slot (a ring of pad columns only, whose slot positions are then
+// all alike), the held columns (a wrapped ring of pad columns), the slot
+// positions (the same tokens behind left or right padding).
+TEST(GapsM2Layout, RingsSharingAMaskAtAnotherPhaseBreakInvariant4) {
+  for (int field = 0; field < 3; ++field) {
+    std::unique_ptr<Layout> layout = Create(1, {Layer("r", CacheKind::kRotating, 2, 4),
+                                                Layer("s", CacheKind::kRotating, 2, 4)});
+    ASSERT_NE(layout, nullptr);
+    ForwardColumns cols = ForwardColumns::Dense(1, field == 1 ? 5 : 4);
+    cols.left = {field == 2 ? 1 : cols.columns};  // pads only, or one pad and 3 tokens
+    ASSERT_TRUE(RunForward(*layout, cols).ok()) << "field " << field;
+    ASSERT_TRUE(layout->CheckInvariants().ok()) << layout->CheckInvariants().message();
+    std::unique_ptr<Cache> other = layout->cache(0).Copy();
+    ColumnStore& o = const_cast<ColumnStore&>(*other->AsColumnStore());
+    if (field == 0) {
+      ASSERT_EQ(o.physicalSlots(), 4u);
+      Access::First(o) = 1;
+    } else if (field == 1) {
+      ASSERT_TRUE(o.wrapped());
+      Access::Held(o) -= 1;
+      Access::HeldPads(o)[0] -= 1;
+    } else {
+      // The same 3 tokens of a window of 4, behind right padding.
+      auto right = std::make_unique<RotatingCache>(o.kvHeads(), o.headDim(), 2, 4);
+      ForwardColumns r = ForwardColumns::Dense(1, 4);
+      r.right = {1};
+      ASSERT_TRUE(AppendTo(*right, r).ok());
+      other = std::move(right);
+    }
+    ASSERT_TRUE(other->CheckInvariants().ok()) << "field " << field << ": "
+                                               << other->CheckInvariants().message();
+    ASSERT_EQ(other->positions(), layout->positions());
+    ASSERT_EQ(other->columns(), layout->cache(0).columns());
+    Access::Layers(*layout)[1] = std::move(other);
+    ExpectError(layout->CheckInvariants(),
+                {"layer 1 is out of lockstep with layer 0", "Layout invariant 4"});
+  }
+}
+
+// The fatal path of an operation that fails to allocate while it changes
+// the state: the process aborts, naming the operation and the failure.
+TEST(GapsM2FatalDeathTest, AnAllocationFailureWhileChangingTheStateAborts) {
+  EXPECT_DEATH((void)FatalOnAllocationFailure("Test::Change",
+                                              []() -> Status { throw std::bad_alloc(); }),
+               "kvspec: fatal in Test::Change: out of memory while changing the state");
+  EXPECT_DEATH(
+      (void)FatalOnAllocationFailure(
+          "Test::Grow", []() -> Status { throw std::length_error("vector::reserve"); }),
+      "kvspec: fatal in Test::Grow: an allocation larger than the largest one while changing "
+      "the state");
 }
 
 // ------------------------------------------------------------ appends
