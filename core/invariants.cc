@@ -45,10 +45,7 @@ Status Broken(const char* type, int invariant, const std::string& what) {
 size_t ProductOrMax(std::initializer_list<size_t> factors) {
   size_t p = 1;
   for (size_t f : factors) {
-    if (f != 0 && p > std::numeric_limits<size_t>::max() / f) {
-      return std::numeric_limits<size_t>::max();
-    }
-    p *= f;
+    if (__builtin_mul_overflow(p, f, &p)) return std::numeric_limits<size_t>::max();
   }
   return p;
 }
