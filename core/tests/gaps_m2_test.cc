@@ -716,5 +716,20 @@ TEST(GapsM2Kinds, GatheredSlotsOfNoSourcesAreTheColumns) {
   EXPECT_EQ(ColumnStore::GatheredSlots({{&ring, 0}}, 7), 2);
 }
 
+// The RoPE offset reads no row that is not there: a cache of no rows (one
+// CheckInvariants refuses, but constructible) has the static offset 0.
+TEST(GapsM2Kinds, TheRopeOffsetOfACacheWithoutRowsIsStaticZero) {
+  BatchedKvCache none(0, 1, 2);
+  const RopeOffset r = none.ropeOffset();
+  EXPECT_TRUE(r.per_row.empty());
+  EXPECT_TRUE(r.is_static);
+  EXPECT_EQ(r.value, 0);
+  BatchedKvCache one(1, 1, 2);
+  ASSERT_TRUE(AppendTo(one, ForwardColumns::Dense(1, 3)).ok());
+  const RopeOffset three = one.ropeOffset();
+  EXPECT_TRUE(three.is_static);
+  EXPECT_EQ(three.value, 3);
+}
+
 }  // namespace
 }  // namespace kvspec
