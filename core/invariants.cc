@@ -288,7 +288,8 @@ Status Layout::CheckLayer(size_t i) const {
 Status Layout::CheckMaskOfLayer(size_t i) const {
   const int m = mask_of_layer_[i];
   if (m == -1) return Status::Ok();
-  if (m < -1 || static_cast<size_t>(m) >= masks_.size()) {
+  // Any other negative index converts to more than the masks there are.
+  if (static_cast<size_t>(m) >= masks_.size()) {
     return Broken(kLayoutType, 5,
                   LayerText(i) + " reads mask " + std::to_string(m) + " of " +
                       std::to_string(masks_.size()));

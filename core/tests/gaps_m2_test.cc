@@ -309,8 +309,9 @@ TEST(GapsM2Layout, AMaskIndexBelowNoneOrOnARecurrentLayerBreaksInvariant5) {
 }
 
 // Invariant 5: the layers of a window must hold exactly the slots their
-// mask was built over: its row count, slot count, oldest slot and each
-// row's slot positions, each differing alone, break it.
+// mask was built over: its row count, slot count, oldest slot and the
+// slot positions of its first or of its last row, each differing alone,
+// break it.
 TEST(GapsM2Layout, AMaskOutOfLockstepWithItsLayersBreaksInvariant5) {
   std::unique_ptr<Layout> base = HybridAfterAWindow(2);
   ASSERT_NE(base, nullptr);
@@ -320,17 +321,20 @@ TEST(GapsM2Layout, AMaskOutOfLockstepWithItsLayersBreaksInvariant5) {
   ASSERT_EQ(mask.rows, 2);
   ASSERT_GT(mask.slots, 1);
   const size_t stride = mask.slot_stride;
-  std::vector<int32_t> other(mask.slot_pos, mask.slot_pos + 2 * stride);
-  other[stride + static_cast<size_t>(mask.slots) - 1] += 1;  // row 1's last slot
+  std::vector<int32_t> last_row(mask.slot_pos, mask.slot_pos + 2 * stride);
+  last_row[stride + static_cast<size_t>(mask.slots) - 1] += 1;  // row 1's last slot
+  std::vector<int32_t> first_row(mask.slot_pos, mask.slot_pos + 2 * stride);
+  first_row[0] += 1;  // row 0's first slot
 
-  for (int field = 0; field < 4; ++field) {
+  for (int field = 0; field < 5; ++field) {
     std::unique_ptr<Layout> layout = HybridAfterAWindow(2);
     ASSERT_NE(layout, nullptr);
     Mask& corrupt = Access::Masks(*layout)[static_cast<size_t>(m)];
     if (field == 0) corrupt.rows = 1;
     if (field == 1) corrupt.slots -= 1;
     if (field == 2) corrupt.first_slot += 1;
-    if (field == 3) corrupt.slot_pos = other.data();
+    if (field == 3) corrupt.slot_pos = last_row.data();
+    if (field == 4) corrupt.slot_pos = first_row.data();
     ExpectError(layout->CheckInvariants(),
                 {"layer 1 is out of lockstep with its mask", "Layout invariant 5"});
   }
