@@ -477,6 +477,10 @@ TEST(GapsM2Append, ForwardColumnsBreakingOneRuleAreRefused) {
   right.right.push_back(0);
   ExpectError(CheckForwardColumns(right, two_rows, 0),
               {"padding lists have 2 and 3 values for 2 rows"});
+  ForwardColumns left = ForwardColumns::Dense(2, 2);
+  left.left.push_back(0);
+  ExpectError(CheckForwardColumns(left, two_rows, 0),
+              {"padding lists have 3 and 2 values for 2 rows"});
   // Per row: no negative padding, left + right <= L (L itself is fine).
   ForwardColumns all_pad = ForwardColumns::Dense(2, 3);
   all_pad.left[1] = 1;
