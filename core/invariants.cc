@@ -45,10 +45,7 @@ Status Broken(const char* type, int invariant, const std::string& what) {
 size_t ProductOrMax(std::initializer_list<size_t> factors) {
   size_t p = 1;
   for (size_t f : factors) {
-    if (f != 0 && p > std::numeric_limits<size_t>::max() / f) {
-      return std::numeric_limits<size_t>::max();
-    }
-    p *= f;
+    if (__builtin_mul_overflow(p, f, &p)) return std::numeric_limits<size_t>::max();
   }
   return p;
 }
@@ -291,7 +288,8 @@ Status Layout::CheckLayer(size_t i) const {
 Status Layout::CheckMaskOfLayer(size_t i) const {
   const int m = mask_of_layer_[i];
   if (m == -1) return Status::Ok();
-  if (m < -1 || static_cast<size_t>(m) >= masks_.size()) {
+  // Any other negative index converts to more than the masks there are.
+  if (static_cast<size_t>(m) >= masks_.size()) {
     return Broken(kLayoutType, 5,
                   LayerText(i) + " reads mask " + std::to_string(m) + " of " +
                       std::to_string(masks_.size()));

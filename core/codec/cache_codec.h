@@ -5,6 +5,8 @@
 // classes, not again here.
 #pragma once
 
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -14,8 +16,20 @@
 #include "core/layout.h"
 #include "core/ssm_cache.h"
 #include "core/status.h"
+#include "kernels/conv1d.h"
 
 namespace kvspec {
+
+// DecodeSsm relies on it: the floats of a recurrent state of the largest
+// shape the reader accepts (rows x 2 buffers x (conv states + recurrent
+// state)) are far below the int64 range, so its products never overflow.
+static_assert(codec_internal::kMaxRowsRead * 2 *
+                      (codec_internal::kMaxHeadsRead * codec_internal::kMaxDimRead *
+                           codec_internal::kMaxDimRead +
+                       3 * (static_cast<int64_t>(kMaxConvKernel) - 1) *
+                           codec_internal::kMaxHeadsRead * codec_internal::kMaxDimRead) <
+                  std::numeric_limits<int64_t>::max() / 2,
+              "a recurrent state within the read bounds must not overflow int64");
 
 class CacheCodec {
  public:

@@ -55,12 +55,13 @@ Status CacheCodec::DecodeSsm(Reader& r, bool batched, std::unique_ptr<Cache>* ou
   // packed conv weights, K*C floats: at most a row's two conv states for
   // K >= 2, C for K = 1) and its per-row positions before they are read:
   // the floats and positions that follow must be in the input.
-  if (row_floats < 0 || state_floats < 0 ||
-      state_floats > static_cast<int64_t>(r.left() / sizeof(float))) {
+  // Within the read bounds neither product can overflow (cache_codec.h), so
+  // neither is Product's -1, and every row holds at least one recurrent
+  // float per buffer: input holding the states (8 bytes or more per row)
+  // also holds the 5 bytes per row of positions and buffer indexes the
+  // cache allocates before it reads them.
+  if (state_floats > static_cast<int64_t>(r.left() / sizeof(float))) {
     return r.Fail("recurrent state larger than the input"), r.status();
-  }
-  if (!r.Holds(rows, sizeof(int32_t) + sizeof(uint8_t), "per-row positions and buffers")) {
-    return r.status();
   }
   std::unique_ptr<SsmCacheBase> c = NewSsmCache(batched, rows, s);
   r.Int(&c->columns_, 0, std::numeric_limits<int32_t>::max(), "columns");

@@ -1,0 +1,743 @@
+// Outcomes the rest of the suite never produced (issue 20): each invariant
+// of the column store, the recurrent caches and the layout broken alone,
+// in an otherwise valid object, fails naming that invariant; each refusal
+// of the caches' own operations and of the batch lifecycle, hit with an
+// argument that breaks exactly one condition, refuses naming the problem
+// and changes nothing; the boundary values just inside are accepted.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/batch.h"
+#include "core/cache.h"
+#include "core/invariants.h"
+#include "core/kv_cache.h"
+#include "core/layout.h"
+#include "core/ssm_cache.h"
+
+namespace kvspec {
+
+// Test-only access to the state the tests corrupt (a friend of the classes;
+// this binary's own definition, like core/tests/invariants_test.cc's).
+struct InvariantsTestAccess {
+  static int& Rows(ColumnStore& c) { return c.rows_; }
+  static int& KvHeads(ColumnStore& c) { return c.kv_heads_; }
+  static int& Dim(ColumnStore& c) { return c.dim_; }
+  static int32_t& Window(ColumnStore& c) { return c.window_; }
+  static int32_t& RingCapacity(ColumnStore& c) { return c.ring_capacity_; }
+  static size_t& Slots(ColumnStore& c) { return c.slots_; }
+  static size_t& First(ColumnStore& c) { return c.first_; }
+  static int64_t& Held(ColumnStore& c) { return c.held_; }
+  static std::vector<int32_t>& Next(ColumnStore& c) { return c.next_; }
+  static std::vector<int64_t>& HeldPads(ColumnStore& c) { return c.held_pads_; }
+
+  static int& Rows(SsmCacheBase& c) { return c.rows_; }
+  static SsmShape& Shape(SsmCacheBase& c) { return c.shape_; }
+  static std::vector<uint8_t>& Active(SsmCacheBase& c) { return c.active_; }
+  static std::vector<int32_t>& Next(SsmCacheBase& c) { return c.next_; }
+  static int64_t& Columns(SsmCacheBase& c) { return c.columns_; }
+
+  static int& Rows(Layout& l) { return l.rows_; }
+  static std::vector<std::unique_ptr<Cache>>& Layers(Layout& l) { return l.layers_; }
+  static std::vector<LayerConfig>& Configs(Layout& l) { return l.configs_; }
+  static std::vector<Mask>& Masks(Layout& l) { return l.masks_; }
+  static std::vector<int32_t>& MaskCapacity(Layout& l) { return l.mask_capacity_; }
+  static std::vector<int>& MaskOfLayer(Layout& l) { return l.mask_of_layer_; }
+};
+
+namespace {
+
+using Access = InvariantsTestAccess;
+
+std::vector<float> Filled(size_t n, float start) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = start + 0.01f * static_cast<float>(i % 97);
+  return v;
+}
+
+uint64_t Hash(const Cache& c) {
+  Hasher h;
+  c.HashState(&h);
+  return h.value();
+}
+
+ColumnStore& Store(Layout& l, size_t layer) {
+  return const_cast<ColumnStore&>(*Access::Layers(l)[layer]->AsColumnStore());
+}
+
+// `s` is an error whose message holds every one of `parts`.
+void ExpectError(const Status& s, std::initializer_list<std::string> parts) {
+  ASSERT_FALSE(s.ok()) << "expected an error naming " << *parts.begin();
+  for (const std::string& p : parts) {
+    EXPECT_NE(s.message().find(p), std::string::npos) << "'" << p << "' not in: " << s.message();
+  }
+}
+
+// Appends `cols` to a store of `heads` x `dim` with made-up contents.
+Status AppendTo(AttentionCache& c, const ForwardColumns& cols) {
+  const size_t n = static_cast<size_t>(c.rows()) * static_cast<size_t>(cols.columns) *
+                   static_cast<size_t>(c.kvHeads()) * static_cast<size_t>(c.headDim());
+  const std::vector<float> k = Filled(n, 0.5f);
+  return c.Append(cols, k.data(), k.data());
+}
+
+// One forward of `cols` through every layer, with made-up contents.
+Status RunForward(Layout& layout, const ForwardColumns& cols) {
+  const size_t rows = static_cast<size_t>(layout.rows());
+  const size_t L = static_cast<size_t>(cols.columns);
+  std::vector<std::vector<float>> buffers;
+  buffers.reserve(8 * layout.size());
+  std::vector<AttentionIO> io(layout.size());
+  for (size_t l = 0; l < layout.size(); ++l) {
+    const LayerConfig& c = layout.config(l);
+    if (c.kind == CacheKind::kSsm) {
+      const size_t C = c.SsmChannels(), hv = static_cast<size_t>(c.heads);
+      SsmIO ssm;
+      ssm.conv_weights = buffers.emplace_back(Filled(C * c.conv, 0.1f)).data();
+      ssm.x = buffers.emplace_back(Filled(rows * L * C, 0.2f)).data();
+      ssm.gate = buffers.emplace_back(Filled(rows * L * hv, 0.5f)).data();
+      ssm.beta = buffers.emplace_back(Filled(rows * L * hv, 0.3f)).data();
+      io[l] = AttentionIO(ssm);
+      continue;
+    }
+    const size_t q = rows * L * c.QueryHeads() * c.dim, kv = rows * L * c.heads * c.dim;
+    const float* query = buffers.emplace_back(Filled(q, 0.4f)).data();
+    const float* key = buffers.emplace_back(Filled(kv, 0.6f)).data();
+    float* out = buffers.emplace_back(q, 0.0f).data();
+    io[l] = AttentionIO(query, key, key, out);
+  }
+  return layout.Forward(cols, io);
+}
+
+LayerConfig Layer(const std::string& name, CacheKind kind, int32_t window = 0,
+                  int32_t capacity = 0) {
+  LayerConfig c;
+  c.name = name;
+  c.kind = kind;
+  c.window = window;
+  c.capacity = capacity;
+  return c;
+}
+
+std::unique_ptr<Layout> Create(int rows, const std::vector<LayerConfig>& layers) {
+  std::unique_ptr<Layout> layout;
+  const Status s = Layout::Create(rows, layers, &layout);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return layout;
+}
+
+// kv, two rings sharing a mask (window 3, capacity 4) and a recurrent layer,
+// after a window of 3 columns.
+std::unique_ptr<Layout> HybridAfterAWindow(int rows) {
+  std::unique_ptr<Layout> layout =
+      Create(rows, {Layer("a", CacheKind::kKv), Layer("r", CacheKind::kRotating, 3, 4),
+                    Layer("s", CacheKind::kRotating, 3, 4), Layer("g", CacheKind::kSsm)});
+  if (!layout) return layout;
+  ForwardColumns cols = ForwardColumns::Dense(rows, 3);
+  if (rows > 1) cols.left[0] = 1;
+  EXPECT_TRUE(RunForward(*layout, cols).ok());
+  EXPECT_TRUE(layout->CheckInvariants().ok()) << layout->CheckInvariants().message();
+  return layout;
+}
+
+// ------------------------------------------------------------ column store
+// Invariant 1, the shape: each field out of range alone breaks it; the
+// smallest valid values (one row, head, lane; window 0 for a plain cache,
+// 1 <= window = capacity for a ring) hold it.
+TEST(GapsM2ColumnStore, EachShapeFieldOutOfRangeBreaksInvariant1) {
+  KvCache plain(1, 1);
+  ASSERT_TRUE(AppendTo(plain, ForwardColumns::Dense(1, 2)).ok());
+  ASSERT_TRUE(plain.CheckInvariants().ok()) << plain.CheckInvariants().message();
+  struct Case {
+    const char* what;
+    void (*corrupt)(ColumnStore&);
+  };
+  const Case plain_cases[] = {
+      {"rows 0", [](ColumnStore& c) { Access::Rows(c) = 0; }},
+      {"kv heads 0", [](ColumnStore& c) { Access::KvHeads(c) = 0; }},
+      {"dim 0", [](ColumnStore& c) { Access::Dim(c) = 0; }},
+      {"window -1", [](ColumnStore& c) { Access::Window(c) = -1; }},
+      {"ring capacity -1", [](ColumnStore& c) { Access::RingCapacity(c) = -1; }},
+  };
+  for (const Case& k : plain_cases) {
+    KvCache c = plain;
+    k.corrupt(c);
+    ExpectError(c.CheckInvariants(), {"bad shape", "ColumnStore invariant 1"});
+  }
+
+  for (int32_t window : {1, 2}) {  // window 1, and window = capacity
+    RotatingCache ring(1, 1, window, 2);
+    ASSERT_TRUE(AppendTo(ring, ForwardColumns::Dense(1, 3)).ok());
+    ASSERT_TRUE(ring.CheckInvariants().ok()) << ring.CheckInvariants().message();
+  }
+  RotatingCache ring(1, 1, 2, 2);
+  ASSERT_TRUE(AppendTo(ring, ForwardColumns::Dense(1, 1)).ok());
+  const Case ring_cases[] = {
+      {"ring window 0", [](ColumnStore& c) { Access::Window(c) = 0; }},
+      {"ring window past the capacity", [](ColumnStore& c) { Access::Window(c) = 3; }},
+  };
+  for (const Case& k : ring_cases) {
+    RotatingCache c = ring;
+    k.corrupt(c);
+    const Status s = c.CheckInvariants();
+    ExpectError(s, {"bad shape", "ColumnStore invariant 1"});
+  }
+}
+
+// Invariant 5 compares buffer sizes with a product of the shape that could
+// overflow: a slot count so large that keys * values would wrap around to
+// exactly the floats held must still be a mismatch, and named as the keys'.
+TEST(GapsM2ColumnStore, AnOverflowingBufferSizeNeverMatches) {
+  KvCache c(1, 2);  // one head of 2 lanes
+  ASSERT_TRUE(AppendTo(c, ForwardColumns::Dense(1, 1)).ok());
+  const size_t slots = c.physicalSlots();
+  ASSERT_GT(slots, 0u);
+  // rows * heads * slots' * dim = 2 * (2^63 + slots) wraps to 2 * slots.
+  Access::Slots(c) = (size_t{1} << 63) + slots;
+  const Status s = c.CheckInvariants();
+  ExpectError(s, {"ColumnStore invariant 5",
+                  "keys holds " + std::to_string(2 * slots) + " values, " +
+                      std::to_string(std::numeric_limits<size_t>::max()) + " expected"});
+}
+
+TEST(GapsM2ColumnStore, ANextPositionListOfTheWrongLengthBreaksInvariant5) {
+  BatchedKvCache c(2, 1, 2);
+  ASSERT_TRUE(AppendTo(c, ForwardColumns::Dense(2, 2)).ok());
+  Access::Next(c).push_back(2);
+  ExpectError(c.CheckInvariants(),
+              {"next positions holds 3 values, 2 expected", "ColumnStore invariant 5"});
+}
+
+// ------------------------------------------------------------ recurrent
+// Invariant 1, the shape: each count below 1 alone, and key heads that do
+// not divide the value heads, break it.
+TEST(GapsM2Recurrent, EachShapeFieldOutOfRangeBreaksInvariant1) {
+  SsmShape shape;
+  shape.value_heads = 4;
+  shape.key_heads = 2;  // divides
+  BatchedSsmCache valid(2, shape);
+  ASSERT_TRUE(valid.CheckInvariants().ok()) << valid.CheckInvariants().message();
+  struct Case {
+    const char* what;
+    void (*corrupt)(SsmCacheBase&);
+  };
+  const Case cases[] = {
+      {"rows 0", [](SsmCacheBase& c) { Access::Rows(c) = 0; }},
+      {"value heads 0", [](SsmCacheBase& c) { Access::Shape(c).value_heads = 0; }},
+      {"key heads 0", [](SsmCacheBase& c) { Access::Shape(c).key_heads = 0; }},
+      {"dk 0", [](SsmCacheBase& c) { Access::Shape(c).dk = 0; }},
+      {"dv 0", [](SsmCacheBase& c) { Access::Shape(c).dv = 0; }},
+  };
+  for (const Case& k : cases) {
+    BatchedSsmCache c = valid;
+    k.corrupt(c);
+    const Status s = c.CheckInvariants();
+    ExpectError(s, {"bad recurrent shape", "SsmCacheBase invariant 1"});
+  }
+  BatchedSsmCache odd = valid;
+  Access::Shape(odd).value_heads = 3;  // not a multiple of 2 key heads
+  ExpectError(odd.CheckInvariants(),
+              {"key heads do not divide value heads", "SsmCacheBase invariant 1"});
+}
+
+TEST(GapsM2Recurrent, PerRowListsOfTheWrongLengthAndANegativeColumnCountFail) {
+  BatchedSsmCache valid(2, SsmShape{});
+  ASSERT_TRUE(valid.CheckInvariants().ok());
+  BatchedSsmCache active = valid;
+  Access::Active(active).push_back(0);
+  ExpectError(active.CheckInvariants(),
+              {"active buffers holds 3 values, 2 expected", "SsmCacheBase invariant 2"});
+  BatchedSsmCache next = valid;
+  Access::Next(next).pop_back();
+  ExpectError(next.CheckInvariants(),
+              {"next positions holds 1 values, 2 expected", "SsmCacheBase invariant 2"});
+  BatchedSsmCache columns = valid;
+  Access::Columns(columns) = -1;
+  ExpectError(columns.CheckInvariants(), {"negative column count", "SsmCacheBase invariant 3"});
+}
+
+// ------------------------------------------------------------ layout
+// A layer whose own invariants fail breaks the layout's invariant 2, naming
+// the layer and the cache's own broken invariant.
+TEST(GapsM2Layout, ALayerBreakingItsOwnInvariantsBreaksInvariant2) {
+  std::unique_ptr<Layout> layout = HybridAfterAWindow(2);
+  ASSERT_NE(layout, nullptr);
+  Access::HeldPads(Store(*layout, 2))[0] += 1;
+  ExpectError(layout->CheckInvariants(),
+              {"layer 2: ", "ColumnStore invariant 10", "Layout invariant 2"});
+}
+
+// A single-row kind holding as many rows as a batched layout is still the
+// wrong kind for it (invariant 2).
+TEST(GapsM2Layout, ASingleRowKindInABatchedLayoutBreaksInvariant2) {
+  std::unique_ptr<Layout> layout = Create(2, {Layer("a", CacheKind::kKv)});
+  ASSERT_NE(layout, nullptr);
+  const LayerConfig c = layout->config(0);
+  auto single = std::make_unique<KvCache>(c.heads, c.dim);
+  Access::Rows(*single) = 2;
+  Access::Next(*single).assign(2, 0);
+  Access::HeldPads(*single).assign(2, 0);
+  ASSERT_TRUE(single->CheckInvariants().ok()) << single->CheckInvariants().message();
+  Access::Layers(*layout)[0] = std::move(single);
+  ExpectError(layout->CheckInvariants(),
+              {"layer 0: cache of kind kv with 2 rows in a layout of 2", "Layout invariant 2"});
+}
+
+// Invariant 5: a mask index below -1; a recurrent layer given a mask.
+TEST(GapsM2Layout, AMaskIndexBelowNoneOrOnARecurrentLayerBreaksInvariant5) {
+  std::unique_ptr<Layout> below = HybridAfterAWindow(1);
+  ASSERT_NE(below, nullptr);
+  const int masks = static_cast<int>(Access::Masks(*below).size());
+  ASSERT_GE(masks, 2);
+  Access::MaskOfLayer(*below)[1] = -2;
+  ExpectError(below->CheckInvariants(),
+              {"layer 1 reads mask -2 of " + std::to_string(masks), "Layout invariant 5"});
+
+  std::unique_ptr<Layout> ssm = HybridAfterAWindow(1);
+  ASSERT_NE(ssm, nullptr);
+  std::vector<int>& of = Access::MaskOfLayer(*ssm);
+  ASSERT_EQ(of[3], -1);
+  of[3] = of[1];  // the rings' mask, a valid index
+  ExpectError(ssm->CheckInvariants(),
+              {"layer 3 reads the mask of another window", "Layout invariant 5"});
+}
+
+// Invariant 5: the layers of a window must hold exactly the slots their
+// mask was built over: its row count, slot count, oldest slot and the
+// slot positions of its first or of its last row, each differing alone,
+// break it.
+TEST(GapsM2Layout, AMaskOutOfLockstepWithItsLayersBreaksInvariant5) {
+  std::unique_ptr<Layout> base = HybridAfterAWindow(2);
+  ASSERT_NE(base, nullptr);
+  const int m = Access::MaskOfLayer(*base)[1];
+  ASSERT_GE(m, 0);
+  const Mask& mask = Access::Masks(*base)[static_cast<size_t>(m)];
+  ASSERT_EQ(mask.rows, 2);
+  ASSERT_GT(mask.slots, 1);
+  const size_t stride = mask.slot_stride;
+  std::vector<int32_t> last_row(mask.slot_pos, mask.slot_pos + 2 * stride);
+  last_row[stride + static_cast<size_t>(mask.slots) - 1] += 1;  // row 1's last slot
+  std::vector<int32_t> first_row(mask.slot_pos, mask.slot_pos + 2 * stride);
+  first_row[0] += 1;  // row 0's first slot
+
+  for (int field = 0; field < 5; ++field) {
+    std::unique_ptr<Layout> layout = HybridAfterAWindow(2);
+    ASSERT_NE(layout, nullptr);
+    Mask& corrupt = Access::Masks(*layout)[static_cast<size_t>(m)];
+    if (field == 0) corrupt.rows = 1;
+    if (field == 1) corrupt.slots -= 1;
+    if (field == 2) corrupt.first_slot += 1;
+    if (field == 3) corrupt.slot_pos = last_row.data();
+    if (field == 4) corrupt.slot_pos = first_row.data();
+    ExpectError(layout->CheckInvariants(),
+                {"layer 1 is out of lockstep with its mask", "Layout invariant 5"});
+  }
+}
+
+// Every change checks the cheap invariants first (CheckBeforeChange): each
+// broken alone is a refusal naming the operation and the invariant, and
+// nothing changes.
+TEST(GapsM2Layout, EveryChangeRefusesALayoutBrokenInOneCheapInvariant) {
+  struct Case {
+    const char* invariant;
+    void (*corrupt)(Layout&);
+  };
+  const Case cases[] = {
+      {"Layout invariant 1", [](Layout& l) { Access::Rows(l) = 0; }},
+      {"Layout invariant 1",
+       [](Layout& l) {
+         Access::Layers(l).clear();
+         Access::Configs(l).clear();
+         Access::MaskOfLayer(l).clear();
+       }},
+      {"Layout invariant 1", [](Layout& l) { Access::Configs(l).pop_back(); }},
+      {"Layout invariant 5", [](Layout& l) { Access::MaskCapacity(l).push_back(4); }},
+      {"Layout invariant 5", [](Layout& l) { Access::MaskOfLayer(l).push_back(-1); }},
+  };
+  for (const Case& k : cases) {
+    std::unique_ptr<Layout> layout = HybridAfterAWindow(1);
+    ASSERT_NE(layout, nullptr);
+    k.corrupt(*layout);
+    const uint64_t before = layout->StateHash();
+    const Status trim = layout->Trim(1, /*bypass=*/false);
+    ExpectError(trim, {"Layout::Trim refused", k.invariant});
+    const Status arm = layout->Arm();
+    ExpectError(arm, {"Layout::Arm refused", k.invariant});
+    EXPECT_EQ(layout->StateHash(), before);
+    EXPECT_FALSE(layout->armed());
+    ExpectError(layout->CheckInvariants(), {k.invariant});
+  }
+}
+
+// Invariant 3 checked before a change: a layer 0 with more rows than the
+// layout (its positions then agree with its own), and a layer at the same
+// column count as layer 0 but at other positions.
+TEST(GapsM2Layout, EveryChangeRefusesLayersOutOfStep) {
+  std::unique_ptr<Layout> rows = Create(1, {Layer("a", CacheKind::kKv)});
+  ASSERT_NE(rows, nullptr);
+  const LayerConfig c = rows->config(0);
+  Access::Layers(*rows)[0] = std::make_unique<BatchedKvCache>(2, c.heads, c.dim);
+  uint64_t before = rows->StateHash();
+  ExpectError(rows->Arm(),
+              {"Layout::Arm refused", "layer 0 is out of step with layer 0", "Layout invariant 3"});
+  EXPECT_EQ(rows->StateHash(), before);
+
+  std::unique_ptr<Layout> positions =
+      Create(1, {Layer("a", CacheKind::kKv), Layer("b", CacheKind::kKv)});
+  ASSERT_NE(positions, nullptr);
+  ASSERT_TRUE(RunForward(*positions, ForwardColumns::Dense(1, 3)).ok());
+  auto padded = std::make_unique<KvCache>(c.heads, c.dim);
+  ForwardColumns cols = ForwardColumns::Dense(1, 3);
+  cols.right = {1};  // 3 columns, 2 tokens
+  ASSERT_TRUE(AppendTo(*padded, cols).ok());
+  ASSERT_EQ(padded->columns(), positions->cache(0).columns());
+  Access::Layers(*positions)[1] = std::move(padded);
+  before = positions->StateHash();
+  ExpectError(positions->Trim(1, /*bypass=*/false),
+              {"Layout::Trim refused", "layer 1 is out of step with layer 0", "Layout invariant 3"});
+  EXPECT_EQ(positions->StateHash(), before);
+}
+
+// Invariant 4: rings sharing a mask must be at the same phase. Each pair
+// below differs in one field only, both rings valid on their own: the
+// oldest slot (a ring of pad columns only, whose slot positions are then
+// all alike), the held columns (a wrapped ring of pad columns), the slot
+// positions (the same tokens behind left or right padding).
+TEST(GapsM2Layout, RingsSharingAMaskAtAnotherPhaseBreakInvariant4) {
+  for (int field = 0; field < 3; ++field) {
+    std::unique_ptr<Layout> layout = Create(1, {Layer("r", CacheKind::kRotating, 2, 4),
+                                                Layer("s", CacheKind::kRotating, 2, 4)});
+    ASSERT_NE(layout, nullptr);
+    ForwardColumns cols = ForwardColumns::Dense(1, field == 1 ? 5 : 4);
+    cols.left = {field == 2 ? 1 : cols.columns};  // pads only, or one pad and 3 tokens
+    ASSERT_TRUE(RunForward(*layout, cols).ok()) << "field " << field;
+    ASSERT_TRUE(layout->CheckInvariants().ok()) << layout->CheckInvariants().message();
+    std::unique_ptr<Cache> other = layout->cache(0).Copy();
+    ColumnStore& o = const_cast<ColumnStore&>(*other->AsColumnStore());
+    if (field == 0) {
+      ASSERT_EQ(o.physicalSlots(), 4u);
+      Access::First(o) = 1;
+    } else if (field == 1) {
+      ASSERT_TRUE(o.wrapped());
+      Access::Held(o) -= 1;
+      Access::HeldPads(o)[0] -= 1;
+    } else {
+      // The same 3 tokens of a window of 4, behind right padding.
+      auto right = std::make_unique<RotatingCache>(o.kvHeads(), o.headDim(), 2, 4);
+      ForwardColumns r = ForwardColumns::Dense(1, 4);
+      r.right = {1};
+      ASSERT_TRUE(AppendTo(*right, r).ok());
+      other = std::move(right);
+    }
+    ASSERT_TRUE(other->CheckInvariants().ok()) << "field " << field << ": "
+                                               << other->CheckInvariants().message();
+    ASSERT_EQ(other->positions(), layout->positions());
+    ASSERT_EQ(other->columns(), layout->cache(0).columns());
+    Access::Layers(*layout)[1] = std::move(other);
+    ExpectError(layout->CheckInvariants(),
+                {"layer 1 is out of lockstep with layer 0", "Layout invariant 4"});
+  }
+}
+
+// The fatal path of an operation that fails to allocate while it changes
+// the state: the process aborts, naming the operation and the failure.
+TEST(GapsM2FatalDeathTest, AnAllocationFailureWhileChangingTheStateAborts) {
+  EXPECT_DEATH((void)FatalOnAllocationFailure("Test::Change",
+                                              []() -> Status { throw std::bad_alloc(); }),
+               "kvspec: fatal in Test::Change: out of memory while changing the state");
+  EXPECT_DEATH(
+      (void)FatalOnAllocationFailure(
+          "Test::Grow", []() -> Status { throw std::length_error("vector::reserve"); }),
+      "kvspec: fatal in Test::Grow: an allocation larger than the largest one while changing "
+      "the state");
+}
+
+// ------------------------------------------------------------ appends
+// CheckForwardColumns, one condition at a time, with the boundary value
+// just inside accepted.
+TEST(GapsM2Append, ForwardColumnsBreakingOneRuleAreRefused) {
+  const std::vector<int32_t> two_rows = {0, 0};
+  EXPECT_TRUE(CheckForwardColumns(ForwardColumns::Dense(2, 1), two_rows, 0).ok());
+  for (int32_t columns : {0, -1}) {
+    ExpectError(CheckForwardColumns(ForwardColumns::Dense(2, columns), two_rows, 0),
+                {"a forward needs at least one column, got " + std::to_string(columns)});
+  }
+  // Columns per row: up to 2^31 - 1.
+  EXPECT_TRUE(CheckForwardColumns(ForwardColumns::Dense(2, 1), two_rows, kMaxPosition - 1).ok());
+  ExpectError(CheckForwardColumns(ForwardColumns::Dense(2, 2), two_rows, kMaxPosition - 1),
+              {"a forward of 2 columns after 2147483646 would pass the largest position"});
+  // Padding lists: one value per row each.
+  ForwardColumns right = ForwardColumns::Dense(2, 2);
+  right.right.push_back(0);
+  ExpectError(CheckForwardColumns(right, two_rows, 0),
+              {"padding lists have 2 and 3 values for 2 rows"});
+  ForwardColumns left = ForwardColumns::Dense(2, 2);
+  left.left.push_back(0);
+  ExpectError(CheckForwardColumns(left, two_rows, 0),
+              {"padding lists have 3 and 2 values for 2 rows"});
+  // Per row: no negative padding, left + right <= L (L itself is fine).
+  ForwardColumns all_pad = ForwardColumns::Dense(2, 3);
+  all_pad.left[1] = 1;
+  all_pad.right[1] = 2;
+  EXPECT_TRUE(CheckForwardColumns(all_pad, two_rows, 0).ok());
+  ForwardColumns left_negative = ForwardColumns::Dense(2, 3);
+  left_negative.left[1] = -1;
+  ExpectError(CheckForwardColumns(left_negative, two_rows, 0),
+              {"row 1: left -1 + right 0 exceeds 3 columns"});
+  ForwardColumns right_negative = ForwardColumns::Dense(2, 3);
+  right_negative.right[1] = -1;
+  ExpectError(CheckForwardColumns(right_negative, two_rows, 0),
+              {"row 1: left 0 + right -1 exceeds 3 columns"});
+  ForwardColumns too_much = ForwardColumns::Dense(2, 3);
+  too_much.left[1] = 2;
+  too_much.right[1] = 2;
+  ExpectError(CheckForwardColumns(too_much, two_rows, 0),
+              {"row 1: left 2 + right 2 exceeds 3 columns"});
+  // Positions: a row's next position plus its real tokens up to 2^31 - 1.
+  const std::vector<int32_t> late = {0, static_cast<int32_t>(kMaxPosition - 1)};
+  EXPECT_TRUE(CheckForwardColumns(ForwardColumns::Dense(2, 1), late, 0).ok());
+  ExpectError(CheckForwardColumns(ForwardColumns::Dense(2, 2), late, 0),
+              {"row 1 at position 2147483646 would pass the largest position"});
+}
+
+// A cache's own Append refuses what CheckForwardColumns refuses, and
+// changes nothing.
+TEST(GapsM2Append, ACacheRefusesAnEmptyForwardAndKeepsItsState) {
+  BatchedRotatingCache c(2, 1, 2, 2, 3);
+  ASSERT_TRUE(AppendTo(c, ForwardColumns::Dense(2, 2)).ok());
+  const uint64_t before = Hash(c);
+  ExpectError(AppendTo(c, ForwardColumns::Dense(2, 0)), {"at least one column, got 0"});
+  EXPECT_EQ(Hash(c), before);
+}
+
+// AppendReserved re-checks its columns and refuses storage reserved for
+// other columns or rows, changing nothing.
+TEST(GapsM2Append, AppendReservedRefusesBadColumnsAndForeignSpace) {
+  BatchedKvCache c(2, 1, 2);
+  ASSERT_TRUE(AppendTo(c, ForwardColumns::Dense(2, 1)).ok());
+  const uint64_t before = Hash(c);
+  const std::vector<float> k = Filled(2 * 40 * 2, 0.25f);
+
+  // Columns CheckAppend refuses, with space reserved for that many columns.
+  AppendSpace space;
+  c.ReserveAppend(ForwardColumns::Dense(2, 2), &space);
+  ForwardColumns bad = ForwardColumns::Dense(2, 2);
+  bad.left[1] = 3;
+  ExpectError(c.AppendReserved(bad, k.data(), k.data(), &space),
+              {"row 1: left 3 + right 0 exceeds 2 columns"});
+  EXPECT_EQ(Hash(c), before);
+
+  // Space reserved for 1 column (16 slots), used for 30 (more slots).
+  AppendSpace small;
+  c.ReserveAppend(ForwardColumns::Dense(2, 1), &small);
+  ExpectError(c.AppendReserved(ForwardColumns::Dense(2, 30), k.data(), k.data(), &small),
+              {"internal: append space reserved for other columns"});
+  EXPECT_EQ(Hash(c), before);
+
+  // Space of the right slots, but a last-write list for one row.
+  AppendSpace rows;
+  c.ReserveAppend(ForwardColumns::Dense(2, 1), &rows);
+  rows.last_write.pop_back();
+  ExpectError(c.AppendReserved(ForwardColumns::Dense(2, 1), k.data(), k.data(), &rows),
+              {"internal: append space reserved for other columns"});
+  EXPECT_EQ(Hash(c), before);
+
+  AppendSpace good;
+  c.ReserveAppend(ForwardColumns::Dense(2, 1), &good);
+  EXPECT_TRUE(c.AppendReserved(ForwardColumns::Dense(2, 1), k.data(), k.data(), &good).ok());
+}
+
+// ------------------------------------------------------------ trims, drops
+TEST(GapsM2Trim, AWrappedRingRefusesATrimAndKeepsItsState) {
+  RotatingCache c(1, 2, 2, 2);
+  ASSERT_TRUE(AppendTo(c, ForwardColumns::Dense(1, 2)).ok());
+  ASSERT_TRUE(c.isTrimmable());  // held 2 = capacity: not wrapped yet
+  ASSERT_TRUE(AppendTo(c, ForwardColumns::Dense(1, 1, /*decode=*/true)).ok());
+  ASSERT_FALSE(c.isTrimmable());
+  const uint64_t before = Hash(c);
+  ExpectError(c.trim(1), {"the ring has wrapped (3 columns ever held, capacity 2)",
+                          "not trimmable"});
+  EXPECT_EQ(Hash(c), before);
+}
+
+TEST(GapsM2Trim, DropTipsRefusesWithoutALastWriteAndNegativeCounts) {
+  BatchedKvCache c(2, 1, 2);
+  ASSERT_TRUE(AppendTo(c, ForwardColumns::Dense(2, 3)).ok());
+  uint64_t before = Hash(c);
+  ExpectError(c.DropTips({0, -1}), {"row 1: cannot drop -1 of the 3 tokens of the last write"});
+  EXPECT_EQ(Hash(c), before);
+  BatchedKvCache whole = c;
+  EXPECT_TRUE(whole.DropTips({3, 0}).ok());  // all of the last write, and none
+
+  ASSERT_TRUE(c.trim(1).ok());  // a trim is not a write
+  before = Hash(c);
+  ExpectError(c.DropTips({0, 0}), {"rejected tips can only be dropped right after a write"});
+  EXPECT_EQ(Hash(c), before);
+}
+
+// ------------------------------------------------------------ recurrent forward
+struct SsmInputs {
+  std::vector<float> w, x, gate, beta;
+  SsmIO io;
+  SsmInputs(const SsmShape& s, int rows, int32_t L) {
+    const size_t C = s.Channels(), n = static_cast<size_t>(rows) * static_cast<size_t>(L);
+    w = Filled(C * static_cast<size_t>(s.conv), 0.1f);
+    x = Filled(n * C, 0.2f);
+    gate = Filled(n * s.GateFloats(), 0.5f);
+    beta = Filled(n * static_cast<size_t>(s.value_heads), 0.3f);
+    io.conv_weights = w.data();
+    io.x = x.data();
+    io.gate = gate.data();
+    io.beta = beta.data();
+  }
+};
+
+TEST(GapsM2Recurrent, ForwardReservedRefusesBadColumnsAndSpaceOfAnotherRound) {
+  const SsmShape shape;
+  BatchedSsmCache c(2, shape);
+  SsmInputs in(shape, 2, 2);
+  ASSERT_TRUE(c.Forward(ForwardColumns::Dense(2, 1), in.io).ok());
+  uint64_t before = Hash(c);
+
+  SsmCacheBase::ForwardSpace space;
+  ForwardColumns bad = ForwardColumns::Dense(2, 2);
+  bad.right[0] = 3;
+  c.ReserveForward(bad, &space);
+  ExpectError(c.ForwardReserved(bad, in.io, &space), {"row 0: left 0 + right 3 exceeds 2"});
+  EXPECT_EQ(Hash(c), before);
+
+  // Space reserved while no round was armed, used for the verify forward.
+  SsmCacheBase::ForwardSpace unarmed;
+  c.ReserveForward(ForwardColumns::Dense(2, 2), &unarmed);
+  ASSERT_TRUE(c.ArmRound().ok());
+  before = Hash(c);
+  ExpectError(c.ForwardReserved(ForwardColumns::Dense(2, 2), in.io, &unarmed),
+              {"internal: forward space reserved for another round"});
+  EXPECT_EQ(Hash(c), before);
+  EXPECT_FALSE(c.verified());
+}
+
+TEST(GapsM2Recurrent, RollbackRefusesANegativeKeepCount) {
+  const SsmShape shape;
+  BatchedSsmCache c(2, shape);
+  ASSERT_TRUE(c.ArmRound().ok());
+  SsmInputs in(shape, 2, 2);
+  ASSERT_TRUE(c.Forward(ForwardColumns::Dense(2, 2), in.io).ok());
+  const uint64_t before = Hash(c);
+  ExpectError(c.Rollback({1, -1}), {"rollback: row 1 keeps -1 of a round of 2 tokens"});
+  EXPECT_EQ(Hash(c), before);
+  EXPECT_TRUE(c.armed());
+  EXPECT_TRUE(c.Rollback({2, 0}).ok());  // everything, and nothing
+  EXPECT_EQ(c.positions(), (std::vector<int32_t>{2, 0}));
+}
+
+// ------------------------------------------------------------ batch lifecycle
+void ExpectMergeRefused(const Cache& a, const Cache& b, const std::string& why) {
+  std::unique_ptr<Cache> out;
+  ExpectError(MergeRows({&a, &b}, &out), {why});
+  EXPECT_EQ(out, nullptr);
+}
+
+// Caches of one kind but another shape are not joined: each field of the
+// shape differing alone is refused; the same shape is joined.
+TEST(GapsM2Batch, JoiningCachesThatDifferInOneShapeFieldIsRefused) {
+  const std::string different = "cannot join caches of different shapes";
+  RotatingCache ring(1, 2, 2, 4);
+  std::unique_ptr<Cache> out;
+  EXPECT_TRUE(MergeRows({&ring, &ring}, &out).ok());
+  ExpectMergeRefused(ring, RotatingCache(2, 2, 2, 4), different);  // kv heads
+  ExpectMergeRefused(ring, RotatingCache(1, 4, 2, 4), different);  // dim
+  ExpectMergeRefused(ring, RotatingCache(1, 2, 3, 4), different);  // window
+  ExpectMergeRefused(ring, RotatingCache(1, 2, 2, 5), different);  // ring capacity
+  ExpectMergeRefused(KvCache(1, 2), KvCache(1, 2, /*window=*/3), different);
+
+  const SsmShape s;
+  SsmCache ssm(s);
+  EXPECT_TRUE(MergeRows({&ssm, &ssm}, &out).ok());
+  for (int field = 0; field < 6; ++field) {
+    SsmShape o = s;
+    if (field == 0) o.value_heads = 2;
+    if (field == 1) {
+      o.value_heads = 2;
+      o.key_heads = 2;
+      SsmShape base = s;
+      base.value_heads = 2;  // value heads alike: only the key heads differ
+      ExpectMergeRefused(SsmCache(base), SsmCache(o), different);
+      continue;
+    }
+    if (field == 2) o.dk = 8;
+    if (field == 3) o.dv = 8;
+    if (field == 4) o.conv = 2;
+    if (field == 5) o.gate_per_lane = true;
+    ExpectMergeRefused(ssm, SsmCache(o), different);
+  }
+}
+
+TEST(GapsM2Batch, MixedKindsNoCachesAndNegativeRowsAreRefused) {
+  KvCache kv(1, 2);
+  SsmCache ssm{SsmShape{}};
+  RotatingCache ring(1, 2, 2, 4);
+  ExpectMergeRefused(kv, ssm, "cannot join a ssm cache with a kv cache");
+  ExpectMergeRefused(kv, ring, "cannot join a rotating cache with a kv cache");
+  std::unique_ptr<Cache> out;
+  ExpectError(MergeRows({}, &out), {"merge needs at least one cache"});
+  EXPECT_EQ(out, nullptr);
+
+  BatchedKvCache batch(2, 1, 2);
+  ASSERT_TRUE(AppendTo(batch, ForwardColumns::Dense(2, 1)).ok());
+  ExpectError(FilterRows(batch, {-1, 1}, &out), {"filter: no row -1 (the batch has 2)"});
+  EXPECT_EQ(out, nullptr);
+  EXPECT_TRUE(FilterRows(batch, {0, 1}, &out).ok());  // the first and the last row
+}
+
+// ------------------------------------------------------------ kinds
+TEST(GapsM2Kinds, AttentionAndBatchedKindPredicates) {
+  for (const char* kind : {"kv", "batched_kv", "rotating", "batched_rotating"}) {
+    EXPECT_TRUE(IsAttentionCache(kind)) << kind;
+  }
+  for (const char* kind : {"ssm", "batched_ssm", "", "kvx", "attention"}) {
+    EXPECT_FALSE(IsAttentionCache(kind)) << kind;
+  }
+  for (const char* kind : {"batched_kv", "batched_rotating", "batched_ssm"}) {
+    EXPECT_TRUE(IsBatchedCache(kind)) << kind;
+  }
+  for (const char* kind : {"kv", "rotating", "ssm", "", "batched_", "batched_gru"}) {
+    EXPECT_FALSE(IsBatchedCache(kind)) << kind;
+  }
+}
+
+// A ring gathered from no sources holds the columns asked for; a plain
+// cache always holds every column.
+TEST(GapsM2Kinds, GatheredSlotsOfNoSourcesAreTheColumns) {
+  EXPECT_EQ(ColumnStore::GatheredSlots({}, 5), 5);
+  KvCache plain(1, 2);
+  ASSERT_TRUE(AppendTo(plain, ForwardColumns::Dense(1, 2)).ok());
+  EXPECT_EQ(ColumnStore::GatheredSlots({{&plain, 0}}, 7), 7);
+  RotatingCache ring(1, 2, 2, 4);
+  ASSERT_TRUE(AppendTo(ring, ForwardColumns::Dense(1, 2)).ok());
+  EXPECT_EQ(ColumnStore::GatheredSlots({{&ring, 0}}, 7), 2);
+}
+
+// The RoPE offset reads no row that is not there: a cache of no rows (one
+// CheckInvariants refuses, but constructible) has the static offset 0.
+TEST(GapsM2Kinds, TheRopeOffsetOfACacheWithoutRowsIsStaticZero) {
+  BatchedKvCache none(0, 1, 2);
+  const RopeOffset r = none.ropeOffset();
+  EXPECT_TRUE(r.per_row.empty());
+  EXPECT_TRUE(r.is_static);
+  EXPECT_EQ(r.value, 0);
+  BatchedKvCache one(1, 1, 2);
+  ASSERT_TRUE(AppendTo(one, ForwardColumns::Dense(1, 3)).ok());
+  const RopeOffset three = one.ropeOffset();
+  EXPECT_TRUE(three.is_static);
+  EXPECT_EQ(three.value, 3);
+}
+
+}  // namespace
+}  // namespace kvspec
