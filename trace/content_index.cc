@@ -89,15 +89,6 @@ void ContentIndex::Remember(int layer, int32_t id, int32_t pos, const float* k,
   tags_.emplace(HashKv(layer, k, v, count), t);
 }
 
-Status ContentIndex::CheckInvariants() const {
-  for (const auto& entry : tags_) {
-    if (entry.second.kind != Tag::kToken) {
-      return Status::Error("content index: a remembered tag is " + entry.second.ToString());
-    }
-  }
-  return Status::Ok();
-}
-
 // Whether the n floats at p all have the bit pattern `bits`.
 static bool AllBits(const float* p, size_t n, uint32_t bits) {
   for (size_t i = 0; i < n; ++i) {

@@ -98,8 +98,6 @@ class ContentIndex {
                         int32_t query) const;
   size_t size() const { return tags_.size(); }
 
-  Status CheckInvariants() const;
-
  private:
   static uint64_t HashKv(int layer, const float* k, const float* v, size_t count);
   std::unordered_map<uint64_t, Tag> tags_;
