@@ -94,7 +94,7 @@ class Runner {
   Status CheckInvariants() const;
 
  private:
-  // trace/survivor_tests_m1_test.cc runs statements one at a time and
+  // trace/self_check_test.cc runs statements one at a time and
   // injects a faulty cache into a layout.
   friend struct RunnerTestAccess;
 

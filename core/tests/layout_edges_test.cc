@@ -69,7 +69,7 @@ void ExpectCreated(int rows, const std::vector<LayerConfig>& layers, const std::
 // A plain attention layer needs heads >= 1, dim >= 1, window >= 0 and query
 // heads a multiple of the heads: each violation alone is refused, naming the
 // layer and its shape; the smallest accepted values are accepted.
-TEST(LayoutCreateGaps, PlainLayerShapeIsCheckedFieldByField) {
+TEST(LayoutCreateEdges, PlainLayerShapeIsCheckedFieldByField) {
   LayerConfig c = Kv("a");
   c.heads = 0;
   ExpectCreateRefused(1, {c}, "layer 'a': bad shape (heads 0, query heads 0, dim 4, window 0)");
@@ -106,7 +106,7 @@ TEST(LayoutCreateGaps, PlainLayerShapeIsCheckedFieldByField) {
 
 // A ring layer needs heads >= 1, dim >= 1, window >= 1, a capacity (0: the
 // window) >= the window and query heads a multiple of the heads.
-TEST(LayoutCreateGaps, RingLayerShapeIsCheckedFieldByField) {
+TEST(LayoutCreateEdges, RingLayerShapeIsCheckedFieldByField) {
   LayerConfig c = Ring("r", 4);
   c.heads = 0;
   ExpectCreateRefused(1, {c},
@@ -147,7 +147,7 @@ TEST(LayoutCreateGaps, RingLayerShapeIsCheckedFieldByField) {
 
 // A recurrent layer needs value heads >= 1, key heads (0: the value heads)
 // >= 1 dividing them, dk >= 1, dv >= 1 and 1 <= conv <= kMaxConvKernel.
-TEST(LayoutCreateGaps, RecurrentLayerShapeIsCheckedFieldByField) {
+TEST(LayoutCreateEdges, RecurrentLayerShapeIsCheckedFieldByField) {
   const int max_conv = static_cast<int>(kMaxConvKernel);
   LayerConfig c = Ssm("s");
   c.heads = 0;
@@ -203,7 +203,7 @@ TEST(LayoutCreateGaps, RecurrentLayerShapeIsCheckedFieldByField) {
 }
 
 // A kind outside the enumeration is refused by name, not built as any kind.
-TEST(LayoutCreateGaps, AnUnknownKindIsRefused) {
+TEST(LayoutCreateEdges, AnUnknownKindIsRefused) {
   LayerConfig c = Kv("x");
   c.kind = static_cast<CacheKind>(7);
   ExpectCreateRefused(1, {Kv("a"), c}, "layer 'x': unknown kind");
@@ -212,7 +212,7 @@ TEST(LayoutCreateGaps, AnUnknownKindIsRefused) {
 }
 
 // A layout needs at least one row and one layer.
-TEST(LayoutCreateGaps, NoRowsOrNoLayersAreRefused) {
+TEST(LayoutCreateEdges, NoRowsOrNoLayersAreRefused) {
   ExpectCreateRefused(0, {Kv("a")}, "a layout needs at least one row");
   ExpectCreateRefused(-3, {Kv("a")}, "a layout needs at least one row");
   ExpectCreateRefused(1, {}, "a layout needs at least one layer");
@@ -238,7 +238,7 @@ struct AttentionBuffers {
 
 // Forward refuses inputs for another number of layers than the layout has,
 // saying both counts, and changes nothing.
-TEST(LayoutForwardGaps, InputsForAnotherLayerCountAreRefused) {
+TEST(LayoutForwardEdges, InputsForAnotherLayerCountAreRefused) {
   std::unique_ptr<Layout> layout;
   ASSERT_TRUE(Layout::Create(1, {Kv("a"), Ring("r", 4)}, &layout).ok());
   AttentionBuffers a(layout->config(0), 1, 2), r(layout->config(1), 1, 2);
@@ -257,7 +257,7 @@ TEST(LayoutForwardGaps, InputsForAnotherLayerCountAreRefused) {
 
 // A layer given an output buffer but no query appends its keys and values
 // and attends nothing: the buffer is left as it was.
-TEST(LayoutForwardGaps, AnOutputWithoutAQueryIsLeftUntouched) {
+TEST(LayoutForwardEdges, AnOutputWithoutAQueryIsLeftUntouched) {
   std::unique_ptr<Layout> layout;
   ASSERT_TRUE(Layout::Create(1, {Kv("a"), Kv("b")}, &layout).ok());
   AttentionBuffers a(layout->config(0), 1, 3), b(layout->config(1), 1, 3);
@@ -278,7 +278,7 @@ TEST(LayoutForwardGaps, AnOutputWithoutAQueryIsLeftUntouched) {
 // A recurrent layer reads only its SsmIO: query and output pointers given
 // with it are ignored (it has no mask to attend through), the output
 // buffer is left as it was.
-TEST(LayoutForwardGaps, ARecurrentLayerIgnoresAttentionPointers) {
+TEST(LayoutForwardEdges, ARecurrentLayerIgnoresAttentionPointers) {
   std::unique_ptr<Layout> layout;
   ASSERT_TRUE(Layout::Create(1, {Kv("a"), Ssm("s")}, &layout).ok());
   const LayerConfig& c = layout->config(1);
@@ -305,7 +305,7 @@ TEST(LayoutForwardGaps, ARecurrentLayerIgnoresAttentionPointers) {
 
 // Trim refuses a negative count and changes nothing; a count of 0 is a
 // (no-op) trim.
-TEST(LayoutTrimGaps, ANegativeCountIsRefused) {
+TEST(LayoutTrimEdges, ANegativeCountIsRefused) {
   std::unique_ptr<Layout> layout;
   ASSERT_TRUE(Layout::Create(2, {Kv("a")}, &layout).ok());
   AttentionBuffers a(layout->config(0), 2, 3);
@@ -333,7 +333,7 @@ std::unique_ptr<Layout> Created(int rows, const std::vector<LayerConfig>& layers
 // Join refuses a layer list that differs in a layer's kind or head count,
 // naming the layer; a layout of another layer count; and the layout itself.
 // Nothing changes on either side.
-TEST(LayoutJoinGaps, KindHeadsLayerCountAndSelfAreRefused) {
+TEST(LayoutJoinEdges, KindHeadsLayerCountAndSelfAreRefused) {
   LayerConfig ring = Ring("a", 4);
   LayerConfig kv = Kv("a");
   kv.window = 4;  // the ring's shape, another kind
@@ -383,7 +383,7 @@ TEST(LayoutJoinGaps, KindHeadsLayerCountAndSelfAreRefused) {
 
 // BytesAfterJoin is 0 for a layout of another layer count (Join refuses
 // it), and what the joined layers hold otherwise.
-TEST(LayoutJoinGaps, BytesAfterJoinOfAnotherLayerCountIsZero) {
+TEST(LayoutJoinEdges, BytesAfterJoinOfAnotherLayerCountIsZero) {
   std::unique_ptr<Layout> a = Created(1, {Kv("a")});
   std::unique_ptr<Layout> b = Created(1, {Kv("a"), Kv("b")});
   ASSERT_NE(a, nullptr);
@@ -410,7 +410,7 @@ std::unique_ptr<Layout> WithBrokenRoundState() {
   return layout;
 }
 
-TEST(LayoutBrokenGaps, CopyToAndForwardRefuseABrokenLayout) {
+TEST(LayoutBrokenEdges, CopyToAndForwardRefuseABrokenLayout) {
   std::unique_ptr<Layout> layout = WithBrokenRoundState();
   ASSERT_NE(layout, nullptr);
   const uint64_t before = layout->StateHash();
@@ -427,7 +427,7 @@ TEST(LayoutBrokenGaps, CopyToAndForwardRefuseABrokenLayout) {
   EXPECT_EQ(layout->positions(), (std::vector<int32_t>{0, 0}));
 }
 
-TEST(LayoutBrokenGapsDeathTest, CopyOfABrokenLayoutAborts) {
+TEST(LayoutBrokenEdgesDeathTest, CopyOfABrokenLayoutAborts) {
   std::unique_ptr<Layout> layout = WithBrokenRoundState();
   ASSERT_NE(layout, nullptr);
   EXPECT_DEATH((void)layout->Copy(),

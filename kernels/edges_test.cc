@@ -173,7 +173,7 @@ KVSPEC_FOR_EACH_TARGET(AttentionChunkTargets);
 
 // AttendWith's chunk must be 0 or a positive multiple of
 // kAttendChunkMultiple, in every build: anything else aborts naming it.
-TEST(AttentionChunkGapsDeathTest, AChunkNotANonNegativeMultipleAborts) {
+TEST(AttentionChunkEdgesDeathTest, AChunkNotANonNegativeMultipleAborts) {
   Rand r(21);
   Decode d;
   for (int32_t t = 0; t < 8; ++t) d.Add(t, nullptr, 0, &r);
@@ -198,7 +198,7 @@ TEST(AttentionChunkGapsDeathTest, AChunkNotANonNegativeMultipleAborts) {
 
 // Run(tasks, task) calls task(i) exactly once for each i in [0, tasks):
 // never for 0 tasks, once for 1, and on a pool of any size.
-TEST(ThreadPoolGaps, EveryTaskRunsExactlyOnce) {
+TEST(ThreadPoolEdges, EveryTaskRunsExactlyOnce) {
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
     for (size_t tasks : {size_t{0}, size_t{1}, size_t{2}, size_t{7}}) {
@@ -215,7 +215,7 @@ TEST(ThreadPoolGaps, EveryTaskRunsExactlyOnce) {
 
 // The workers take part: on a pool of 2 threads, 2 tasks that each wait
 // for the other to start run at the same time, on two threads.
-TEST(ThreadPoolGaps, WorkersRunTasksAlongsideTheCaller) {
+TEST(ThreadPoolEdges, WorkersRunTasksAlongsideTheCaller) {
   ThreadPool pool(2);
   std::mutex mu;
   std::condition_variable cv;

@@ -73,7 +73,7 @@ RunResult RunParsed(const Program& program, const RunOptions& options = {}) {
 // A program that did not come from the parser (RunProgram takes any
 // Program) with a layer Layout::Create refuses: the refusal is reported on
 // the line declaring the layer the message names, exit 1, nothing run.
-TEST(GapsM4RunnerTest, RefusedLayoutIsBlamedOnTheLayerItNames) {
+TEST(RunnerEdges, RefusedLayoutIsBlamedOnTheLayerItNames) {
   const std::string text = "trace 1\nrows 1\nlayer ab kv\nlayer b kv heads=2\nwindow 1\n";
   {
     Program p = Parse(text);
@@ -95,7 +95,7 @@ TEST(GapsM4RunnerTest, RefusedLayoutIsBlamedOnTheLayerItNames) {
 }
 
 // A refusal naming no layer is reported on the header's last line.
-TEST(GapsM4RunnerTest, RefusedLayoutNamingNoLayerIsBlamedOnTheHeaderEnd) {
+TEST(RunnerEdges, RefusedLayoutNamingNoLayerIsBlamedOnTheHeaderEnd) {
   Program p = Parse("trace 1\nrows 1\nlayer a kv\nlayer b kv\n\nwindow 1\n");
   ASSERT_EQ(p.header_end_line, 4);
   p.rows = 0;
@@ -164,7 +164,7 @@ struct Storage {
 // A slot is `zero` or `pad` only when every key and value float of every
 // head holds that bit pattern; one float off anywhere (the last float of
 // the last head's value included) makes it an unknown content: `junk`.
-TEST(GapsM4ContentIndexTest, RecoverNamesZeroPadAndJunkSlotsByEveryByte) {
+TEST(ContentIndexEdges, RecoverNamesZeroPadAndJunkSlotsByEveryByte) {
   const float pad = PadValue();
   Storage s;
   ContentIndex index;
@@ -215,7 +215,7 @@ Mask OneQueryMask(const Storage& s, int32_t lo, int32_t hi) {
 // The tags of the admitted slots, sorted (tokens by position, then pad,
 // zero, junk), whatever their physical order; the first and the last slot
 // are scanned too.
-TEST(GapsM4ContentIndexTest, SeenOfOneQueryIsTheSortedTagsOfAdmittedSlots) {
+TEST(ContentIndexEdges, SeenOfOneQueryIsTheSortedTagsOfAdmittedSlots) {
   const float pad = PadValue();
   Storage s;
   ContentIndex index;
@@ -241,7 +241,7 @@ TEST(GapsM4ContentIndexTest, SeenOfOneQueryIsTheSortedTagsOfAdmittedSlots) {
   EXPECT_EQ(index.Seen(kLayer, view, none, 0, 0), std::vector<Tag>{});
 }
 
-TEST(GapsM4TagTest, ToStringAndJoinTags) {
+TEST(TagEdges, ToStringAndJoinTags) {
   EXPECT_EQ(Token(5, 5).ToString(), "5");
   EXPECT_EQ(Token(5, 7).ToString(), "5:7");
   EXPECT_EQ(Token(0, 0).ToString(), "0");
@@ -270,7 +270,7 @@ uint64_t ReferenceWordHash(const std::vector<uint32_t>& values) {
 
 // Feeding a sequence in pieces, empty runs of floats among them (after an
 // odd count too), gives the hash of the whole sequence.
-TEST(GapsM4WordHasherTest, PiecesAndEmptyRunsHashAsTheWholeSequence) {
+TEST(WordHasherEdges, PiecesAndEmptyRunsHashAsTheWholeSequence) {
   const std::vector<float> f = {1.5f, -2.0f, 0.25f, 3.0f, -0.125f, 7.0f, 9.5f};
   std::vector<uint32_t> bits;
   for (float x : f) bits.push_back(BitsOf(x));
@@ -301,7 +301,7 @@ TEST(GapsM4WordHasherTest, PiecesAndEmptyRunsHashAsTheWholeSequence) {
 
 // An operation inside `expect error` that exceeds a limit is the limit:
 // exit 2 on its line, not a met (or failed) expectation.
-TEST(GapsM4RunnerTest, ExpectErrorOverALimitStopsAsTheLimit) {
+TEST(RunnerEdges, ExpectErrorOverALimitStopsAsTheLimit) {
   const std::string text =
       "trace 1\nrows 1\nlayer a kv\nexpect error window 8\nexpect positions 0\n";
   RunOptions options;
@@ -318,7 +318,7 @@ TEST(GapsM4RunnerTest, ExpectErrorOverALimitStopsAsTheLimit) {
 // --emit puts the regenerated expectations after the statements that
 // produced them, but not after an operation run inside `expect error`
 // (which succeeded here, so the expectation fails).
-TEST(GapsM4RunnerTest, EmitLeavesOutWhatAnOperationInsideExpectErrorProduced) {
+TEST(RunnerEdges, EmitLeavesOutWhatAnOperationInsideExpectErrorProduced) {
   const std::string text =
       "trace 1\nrows 1\nlayer a kv\nwindow 2\nexpect error trim 1\nexpect error window 1\n";
   RunOptions options;
@@ -335,9 +335,9 @@ TEST(GapsM4RunnerTest, EmitLeavesOutWhatAnOperationInsideExpectErrorProduced) {
 
 // A reload told to save its bytes where it cannot write is refused naming
 // the path (exit 1); the file stops there.
-TEST(GapsM4RunnerTest, ReloadThatCannotSaveItsBytesIsRefused) {
-  const std::string dir = testing::TempDir() + "gaps_m4_no_such_dir/sub";
-  std::filesystem::remove_all(testing::TempDir() + "gaps_m4_no_such_dir");
+TEST(RunnerEdges, ReloadThatCannotSaveItsBytesIsRefused) {
+  const std::string dir = testing::TempDir() + "edges_no_such_dir/sub";
+  std::filesystem::remove_all(testing::TempDir() + "edges_no_such_dir");
   RunOptions options;
   options.save_reloads_dir = dir;
   const RunResult r =
@@ -345,7 +345,7 @@ TEST(GapsM4RunnerTest, ReloadThatCannotSaveItsBytesIsRefused) {
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "t.trace:5: error: reload: cannot write " + dir + "/t.trace.5.kvsl\n");
   // Where it can write, the same trace passes and leaves the file.
-  const std::string ok_dir = testing::TempDir() + "gaps_m4_reloads";
+  const std::string ok_dir = testing::TempDir() + "edges_reloads";
   std::filesystem::create_directories(ok_dir);
   options.save_reloads_dir = ok_dir;
   const RunResult ok =
@@ -358,7 +358,7 @@ TEST(GapsM4RunnerTest, ReloadThatCannotSaveItsBytesIsRefused) {
 // A row may hold exactly kMaxTokensPerRow tokens (the forwards that fill
 // it run and `expect positions` holds); a forward that would put one more
 // in it stops the run as a limit on its line (exit 2).
-TEST(GapsM4RunnerTest, ARowHoldsAtMostTheTokenLimit) {
+TEST(RunnerEdges, ARowHoldsAtMostTheTokenLimit) {
   std::string text = "trace 1\nrows 1\nlayer a rotating window=1\n";
   int64_t held = 0;
   for (; held + 4096 <= kMaxTokensPerRow; held += 4096) text += "window 4096\n";
@@ -391,7 +391,7 @@ size_t SmallestPassingBudget(const std::string& text) {
 // allocated: with a copy of the layout held (a fork), they are the
 // statements that need the most memory, so one byte less than the budget
 // the trace needs stops it at them, as a limit (exit 2) naming them.
-TEST(GapsM4RunnerTest, FilterAndExtractAreRefusedOverTheMemoryBudget) {
+TEST(RunnerEdges, FilterAndExtractAreRefusedOverTheMemoryBudget) {
   const std::string head = "trace 1\nrows 2\nlayer a kv heads=64 dim=512\nwindow 4\nfork x\n";
   for (const char* statement : {"filter 0,1", "extract 1 as y"}) {
     const std::string last = statement;
@@ -412,7 +412,7 @@ TEST(GapsM4RunnerTest, FilterAndExtractAreRefusedOverTheMemoryBudget) {
 // ---------------------------------------------------------------------------
 // JSON.
 
-TEST(GapsM4JsonTest, StringsEscapeQuotesAndBackslashes) {
+TEST(JsonEdges, StringsEscapeQuotesAndBackslashes) {
   Program p = Parse("trace 1\nrows 1\nlayer a kv\nwindow 1\n");
   p.file = "say \"hi\".trace";
   EXPECT_NE(ProgramToJson(p).find("\"file\": \"say \\\"hi\\\".trace\","), std::string::npos)
@@ -427,7 +427,7 @@ TEST(GapsM4JsonTest, StringsEscapeQuotesAndBackslashes) {
 
 // A statement gets "source_line" only when its line has an entry (lines
 // 1..size); a layer without a recorded line gets "line": 0.
-TEST(GapsM4JsonTest, SourceLinesOnlyWhereTheMapHasTheLine) {
+TEST(JsonEdges, SourceLinesOnlyWhereTheMapHasTheLine) {
   Program p = Parse("trace 1\nrows 1\nlayer a kv\nwindow 1\ndecode\narm\n");
   ASSERT_EQ(p.body.size(), 3u);
   const std::vector<int> map = {11, 12, 13, 14, 15};  // lines 1..5
@@ -456,7 +456,7 @@ TEST(GapsM4JsonTest, SourceLinesOnlyWhereTheMapHasTheLine) {
 
 // A bare `expect` (or `expect` and blanks) is no expectation the emitter
 // regenerates: SourceLines does not skip over it.
-TEST(GapsM4JsonTest, BareExpectIsNotARegeneratedLine) {
+TEST(JsonEdges, BareExpectIsNotARegeneratedLine) {
   EXPECT_EQ(SourceLines("a\nexpect\nb\n", "a\nb\n"), (std::vector<int>{1, 1}));
   EXPECT_EQ(SourceLines("a\nexpect \t\nb\n", "a\nb\n"), (std::vector<int>{1, 1}));
   // A regenerated one is skipped.
@@ -466,7 +466,7 @@ TEST(GapsM4JsonTest, BareExpectIsNotARegeneratedLine) {
 // ---------------------------------------------------------------------------
 // Names.
 
-TEST(GapsM4ParseTest, InvalidNameAt) {
+TEST(ParseEdges, InvalidNameAt) {
   using parse_internal::InvalidNameAt;
   constexpr size_t kValid = std::string_view::npos;
   EXPECT_EQ(InvalidNameAt(""), 0u);  // documented: invalid at 0

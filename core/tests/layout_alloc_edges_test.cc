@@ -131,7 +131,7 @@ int ExpectSaturated(const char* what, const std::function<size_t()>& figure) {
   return injected;
 }
 
-TEST(LayoutAllocationGaps, ByteFiguresSaturateWhenMemoryRunsOut) {
+TEST(LayoutAllocationEdges, ByteFiguresSaturateWhenMemoryRunsOut) {
   std::unique_ptr<Layout> layout, other;
   const std::vector<LayerConfig> layers = {Kv("a"), Kv("b", 2), Kv("c")};
   ASSERT_TRUE(Layout::Create(2, layers, &layout).ok());
@@ -160,7 +160,7 @@ TEST(LayoutAllocationGaps, ByteFiguresSaturateWhenMemoryRunsOut) {
 // aborts naming Layout::Forward. Every earlier failure is a refusal; the
 // first run whose failure lands in the kernel dies (a forward larger than
 // any other in this binary, so the kernel's scratch must grow).
-TEST(LayoutAllocationGapsDeathTest, AttentionScratchOutOfMemoryIsFatal) {
+TEST(LayoutAllocationEdgesDeathTest, AttentionScratchOutOfMemoryIsFatal) {
   auto run = [] {
     std::unique_ptr<Layout> layout;
     if (!Layout::Create(1, {Kv("a")}, &layout).ok()) return;

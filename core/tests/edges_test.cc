@@ -150,7 +150,7 @@ std::unique_ptr<Layout> HybridAfterAWindow(int rows) {
 // Invariant 1, the shape: each field out of range alone breaks it; the
 // smallest valid values (one row, head, lane; window 0 for a plain cache,
 // 1 <= window = capacity for a ring) hold it.
-TEST(GapsM2ColumnStore, EachShapeFieldOutOfRangeBreaksInvariant1) {
+TEST(ColumnStoreEdges, EachShapeFieldOutOfRangeBreaksInvariant1) {
   KvCache plain(1, 1);
   ASSERT_TRUE(AppendTo(plain, ForwardColumns::Dense(1, 2)).ok());
   ASSERT_TRUE(plain.CheckInvariants().ok()) << plain.CheckInvariants().message();
@@ -193,7 +193,7 @@ TEST(GapsM2ColumnStore, EachShapeFieldOutOfRangeBreaksInvariant1) {
 // Invariant 5 compares buffer sizes with a product of the shape that could
 // overflow: a slot count so large that keys * values would wrap around to
 // exactly the floats held must still be a mismatch, and named as the keys'.
-TEST(GapsM2ColumnStore, AnOverflowingBufferSizeNeverMatches) {
+TEST(ColumnStoreEdges, AnOverflowingBufferSizeNeverMatches) {
   KvCache c(1, 2);  // one head of 2 lanes
   ASSERT_TRUE(AppendTo(c, ForwardColumns::Dense(1, 1)).ok());
   const size_t slots = c.physicalSlots();
@@ -206,7 +206,7 @@ TEST(GapsM2ColumnStore, AnOverflowingBufferSizeNeverMatches) {
                       std::to_string(std::numeric_limits<size_t>::max()) + " expected"});
 }
 
-TEST(GapsM2ColumnStore, ANextPositionListOfTheWrongLengthBreaksInvariant5) {
+TEST(ColumnStoreEdges, ANextPositionListOfTheWrongLengthBreaksInvariant5) {
   BatchedKvCache c(2, 1, 2);
   ASSERT_TRUE(AppendTo(c, ForwardColumns::Dense(2, 2)).ok());
   Access::Next(c).push_back(2);
@@ -217,7 +217,7 @@ TEST(GapsM2ColumnStore, ANextPositionListOfTheWrongLengthBreaksInvariant5) {
 // ------------------------------------------------------------ recurrent
 // Invariant 1, the shape: each count below 1 alone, and key heads that do
 // not divide the value heads, break it.
-TEST(GapsM2Recurrent, EachShapeFieldOutOfRangeBreaksInvariant1) {
+TEST(RecurrentEdges, EachShapeFieldOutOfRangeBreaksInvariant1) {
   SsmShape shape;
   shape.value_heads = 4;
   shape.key_heads = 2;  // divides
@@ -246,7 +246,7 @@ TEST(GapsM2Recurrent, EachShapeFieldOutOfRangeBreaksInvariant1) {
               {"key heads do not divide value heads", "SsmCacheBase invariant 1"});
 }
 
-TEST(GapsM2Recurrent, PerRowListsOfTheWrongLengthAndANegativeColumnCountFail) {
+TEST(RecurrentEdges, PerRowListsOfTheWrongLengthAndANegativeColumnCountFail) {
   BatchedSsmCache valid(2, SsmShape{});
   ASSERT_TRUE(valid.CheckInvariants().ok());
   BatchedSsmCache active = valid;
@@ -265,7 +265,7 @@ TEST(GapsM2Recurrent, PerRowListsOfTheWrongLengthAndANegativeColumnCountFail) {
 // ------------------------------------------------------------ layout
 // A layer whose own invariants fail breaks the layout's invariant 2, naming
 // the layer and the cache's own broken invariant.
-TEST(GapsM2Layout, ALayerBreakingItsOwnInvariantsBreaksInvariant2) {
+TEST(LayoutEdges, ALayerBreakingItsOwnInvariantsBreaksInvariant2) {
   std::unique_ptr<Layout> layout = HybridAfterAWindow(2);
   ASSERT_NE(layout, nullptr);
   Access::HeldPads(Store(*layout, 2))[0] += 1;
@@ -275,7 +275,7 @@ TEST(GapsM2Layout, ALayerBreakingItsOwnInvariantsBreaksInvariant2) {
 
 // A single-row kind holding as many rows as a batched layout is still the
 // wrong kind for it (invariant 2).
-TEST(GapsM2Layout, ASingleRowKindInABatchedLayoutBreaksInvariant2) {
+TEST(LayoutEdges, ASingleRowKindInABatchedLayoutBreaksInvariant2) {
   std::unique_ptr<Layout> layout = Create(2, {Layer("a", CacheKind::kKv)});
   ASSERT_NE(layout, nullptr);
   const LayerConfig c = layout->config(0);
@@ -290,7 +290,7 @@ TEST(GapsM2Layout, ASingleRowKindInABatchedLayoutBreaksInvariant2) {
 }
 
 // Invariant 5: a mask index below -1; a recurrent layer given a mask.
-TEST(GapsM2Layout, AMaskIndexBelowNoneOrOnARecurrentLayerBreaksInvariant5) {
+TEST(LayoutEdges, AMaskIndexBelowNoneOrOnARecurrentLayerBreaksInvariant5) {
   std::unique_ptr<Layout> below = HybridAfterAWindow(1);
   ASSERT_NE(below, nullptr);
   const int masks = static_cast<int>(Access::Masks(*below).size());
@@ -312,7 +312,7 @@ TEST(GapsM2Layout, AMaskIndexBelowNoneOrOnARecurrentLayerBreaksInvariant5) {
 // mask was built over: its row count, slot count, oldest slot and the
 // slot positions of its first or of its last row, each differing alone,
 // break it.
-TEST(GapsM2Layout, AMaskOutOfLockstepWithItsLayersBreaksInvariant5) {
+TEST(LayoutEdges, AMaskOutOfLockstepWithItsLayersBreaksInvariant5) {
   std::unique_ptr<Layout> base = HybridAfterAWindow(2);
   ASSERT_NE(base, nullptr);
   const int m = Access::MaskOfLayer(*base)[1];
@@ -343,7 +343,7 @@ TEST(GapsM2Layout, AMaskOutOfLockstepWithItsLayersBreaksInvariant5) {
 // Every change checks the cheap invariants first (CheckBeforeChange): each
 // broken alone is a refusal naming the operation and the invariant, and
 // nothing changes.
-TEST(GapsM2Layout, EveryChangeRefusesALayoutBrokenInOneCheapInvariant) {
+TEST(LayoutEdges, EveryChangeRefusesALayoutBrokenInOneCheapInvariant) {
   struct Case {
     const char* invariant;
     void (*corrupt)(Layout&);
@@ -378,7 +378,7 @@ TEST(GapsM2Layout, EveryChangeRefusesALayoutBrokenInOneCheapInvariant) {
 // Invariant 3 checked before a change: a layer 0 with more rows than the
 // layout (its positions then agree with its own), and a layer at the same
 // column count as layer 0 but at other positions.
-TEST(GapsM2Layout, EveryChangeRefusesLayersOutOfStep) {
+TEST(LayoutEdges, EveryChangeRefusesLayersOutOfStep) {
   std::unique_ptr<Layout> rows = Create(1, {Layer("a", CacheKind::kKv)});
   ASSERT_NE(rows, nullptr);
   const LayerConfig c = rows->config(0);
@@ -409,7 +409,7 @@ TEST(GapsM2Layout, EveryChangeRefusesLayersOutOfStep) {
 // oldest slot (a ring of pad columns only, whose slot positions are then
 // all alike), the held columns (a wrapped ring of pad columns), the slot
 // positions (the same tokens behind left or right padding).
-TEST(GapsM2Layout, RingsSharingAMaskAtAnotherPhaseBreakInvariant4) {
+TEST(LayoutEdges, RingsSharingAMaskAtAnotherPhaseBreakInvariant4) {
   for (int field = 0; field < 3; ++field) {
     std::unique_ptr<Layout> layout = Create(1, {Layer("r", CacheKind::kRotating, 2, 4),
                                                 Layer("s", CacheKind::kRotating, 2, 4)});
@@ -447,7 +447,7 @@ TEST(GapsM2Layout, RingsSharingAMaskAtAnotherPhaseBreakInvariant4) {
 
 // The fatal path of an operation that fails to allocate while it changes
 // the state: the process aborts, naming the operation and the failure.
-TEST(GapsM2FatalDeathTest, AnAllocationFailureWhileChangingTheStateAborts) {
+TEST(FatalEdgesDeathTest, AnAllocationFailureWhileChangingTheStateAborts) {
   EXPECT_DEATH((void)FatalOnAllocationFailure("Test::Change",
                                               []() -> Status { throw std::bad_alloc(); }),
                "kvspec: fatal in Test::Change: out of memory while changing the state");
@@ -461,7 +461,7 @@ TEST(GapsM2FatalDeathTest, AnAllocationFailureWhileChangingTheStateAborts) {
 // ------------------------------------------------------------ appends
 // CheckForwardColumns, one condition at a time, with the boundary value
 // just inside accepted.
-TEST(GapsM2Append, ForwardColumnsBreakingOneRuleAreRefused) {
+TEST(AppendEdges, ForwardColumnsBreakingOneRuleAreRefused) {
   const std::vector<int32_t> two_rows = {0, 0};
   EXPECT_TRUE(CheckForwardColumns(ForwardColumns::Dense(2, 1), two_rows, 0).ok());
   for (int32_t columns : {0, -1}) {
@@ -508,7 +508,7 @@ TEST(GapsM2Append, ForwardColumnsBreakingOneRuleAreRefused) {
 
 // A cache's own Append refuses what CheckForwardColumns refuses, and
 // changes nothing.
-TEST(GapsM2Append, ACacheRefusesAnEmptyForwardAndKeepsItsState) {
+TEST(AppendEdges, ACacheRefusesAnEmptyForwardAndKeepsItsState) {
   BatchedRotatingCache c(2, 1, 2, 2, 3);
   ASSERT_TRUE(AppendTo(c, ForwardColumns::Dense(2, 2)).ok());
   const uint64_t before = Hash(c);
@@ -518,7 +518,7 @@ TEST(GapsM2Append, ACacheRefusesAnEmptyForwardAndKeepsItsState) {
 
 // AppendReserved re-checks its columns and refuses storage reserved for
 // other columns or rows, changing nothing.
-TEST(GapsM2Append, AppendReservedRefusesBadColumnsAndForeignSpace) {
+TEST(AppendEdges, AppendReservedRefusesBadColumnsAndForeignSpace) {
   BatchedKvCache c(2, 1, 2);
   ASSERT_TRUE(AppendTo(c, ForwardColumns::Dense(2, 1)).ok());
   const uint64_t before = Hash(c);
@@ -554,7 +554,7 @@ TEST(GapsM2Append, AppendReservedRefusesBadColumnsAndForeignSpace) {
 }
 
 // ------------------------------------------------------------ trims, drops
-TEST(GapsM2Trim, AWrappedRingRefusesATrimAndKeepsItsState) {
+TEST(TrimEdges, AWrappedRingRefusesATrimAndKeepsItsState) {
   RotatingCache c(1, 2, 2, 2);
   ASSERT_TRUE(AppendTo(c, ForwardColumns::Dense(1, 2)).ok());
   ASSERT_TRUE(c.isTrimmable());  // held 2 = capacity: not wrapped yet
@@ -566,7 +566,7 @@ TEST(GapsM2Trim, AWrappedRingRefusesATrimAndKeepsItsState) {
   EXPECT_EQ(Hash(c), before);
 }
 
-TEST(GapsM2Trim, DropTipsRefusesWithoutALastWriteAndNegativeCounts) {
+TEST(TrimEdges, DropTipsRefusesWithoutALastWriteAndNegativeCounts) {
   BatchedKvCache c(2, 1, 2);
   ASSERT_TRUE(AppendTo(c, ForwardColumns::Dense(2, 3)).ok());
   uint64_t before = Hash(c);
@@ -598,7 +598,7 @@ struct SsmInputs {
   }
 };
 
-TEST(GapsM2Recurrent, ForwardReservedRefusesBadColumnsAndSpaceOfAnotherRound) {
+TEST(RecurrentEdges, ForwardReservedRefusesBadColumnsAndSpaceOfAnotherRound) {
   const SsmShape shape;
   BatchedSsmCache c(2, shape);
   SsmInputs in(shape, 2, 2);
@@ -623,7 +623,7 @@ TEST(GapsM2Recurrent, ForwardReservedRefusesBadColumnsAndSpaceOfAnotherRound) {
   EXPECT_FALSE(c.verified());
 }
 
-TEST(GapsM2Recurrent, RollbackRefusesANegativeKeepCount) {
+TEST(RecurrentEdges, RollbackRefusesANegativeKeepCount) {
   const SsmShape shape;
   BatchedSsmCache c(2, shape);
   ASSERT_TRUE(c.ArmRound().ok());
@@ -646,7 +646,7 @@ void ExpectMergeRefused(const Cache& a, const Cache& b, const std::string& why) 
 
 // Caches of one kind but another shape are not joined: each field of the
 // shape differing alone is refused; the same shape is joined.
-TEST(GapsM2Batch, JoiningCachesThatDifferInOneShapeFieldIsRefused) {
+TEST(BatchEdges, JoiningCachesThatDifferInOneShapeFieldIsRefused) {
   const std::string different = "cannot join caches of different shapes";
   RotatingCache ring(1, 2, 2, 4);
   std::unique_ptr<Cache> out;
@@ -679,7 +679,7 @@ TEST(GapsM2Batch, JoiningCachesThatDifferInOneShapeFieldIsRefused) {
   }
 }
 
-TEST(GapsM2Batch, MixedKindsNoCachesAndNegativeRowsAreRefused) {
+TEST(BatchEdges, MixedKindsNoCachesAndNegativeRowsAreRefused) {
   KvCache kv(1, 2);
   SsmCache ssm{SsmShape{}};
   RotatingCache ring(1, 2, 2, 4);
@@ -697,7 +697,7 @@ TEST(GapsM2Batch, MixedKindsNoCachesAndNegativeRowsAreRefused) {
 }
 
 // ------------------------------------------------------------ kinds
-TEST(GapsM2Kinds, AttentionAndBatchedKindPredicates) {
+TEST(KindsEdges, AttentionAndBatchedKindPredicates) {
   for (const char* kind : {"kv", "batched_kv", "rotating", "batched_rotating"}) {
     EXPECT_TRUE(IsAttentionCache(kind)) << kind;
   }
@@ -714,7 +714,7 @@ TEST(GapsM2Kinds, AttentionAndBatchedKindPredicates) {
 
 // A ring gathered from no sources holds the columns asked for; a plain
 // cache always holds every column.
-TEST(GapsM2Kinds, GatheredSlotsOfNoSourcesAreTheColumns) {
+TEST(KindsEdges, GatheredSlotsOfNoSourcesAreTheColumns) {
   EXPECT_EQ(ColumnStore::GatheredSlots({}, 5), 5);
   KvCache plain(1, 2);
   ASSERT_TRUE(AppendTo(plain, ForwardColumns::Dense(1, 2)).ok());
@@ -726,7 +726,7 @@ TEST(GapsM2Kinds, GatheredSlotsOfNoSourcesAreTheColumns) {
 
 // The RoPE offset reads no row that is not there: a cache of no rows (one
 // CheckInvariants refuses, but constructible) has the static offset 0.
-TEST(GapsM2Kinds, TheRopeOffsetOfACacheWithoutRowsIsStaticZero) {
+TEST(KindsEdges, TheRopeOffsetOfACacheWithoutRowsIsStaticZero) {
   BatchedKvCache none(0, 1, 2);
   const RopeOffset r = none.ropeOffset();
   EXPECT_TRUE(r.per_row.empty());
