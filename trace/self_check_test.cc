@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -43,6 +45,15 @@ namespace trace::runner_internal {
 struct RunnerTestAccess {
   static Outcome Execute(Runner& r, const Statement& st) { return r.Execute(st); }
   static Layout& Current(Runner& r) { return r.Cur(); }
+  // The runner's own state, for breaking one field at a time.
+  static std::string& CurrentName(Runner& r) { return r.current_; }
+  static std::map<std::string, NamedLayout>& Layouts(Runner& r) { return r.layouts_; }
+  static std::vector<std::vector<float>>& ConvWeights(Runner& r) { return r.conv_weights_; }
+  static std::vector<std::vector<float>>& PackedConvWeights(Runner& r) {
+    return r.packed_conv_weights_;
+  }
+  static int& ExitStatus(Runner& r) { return r.status_; }
+  static bool& TopLevel(Runner& r) { return r.top_level_; }
 };
 
 }  // namespace trace::runner_internal
@@ -147,6 +158,82 @@ std::vector<Statement> RunHeader(Program* program, Runner* runner) {
   program->body.clear();
   EXPECT_EQ(runner->Run(), 0);
   return body;
+}
+
+// Runner::CheckInvariants, which builds without NDEBUG run after every
+// statement and TraceRunnerInvariants runs in every build, names each way
+// the runner's own state can break: here one field at a time, in a runner
+// that has run the header of a trace with a plain and a recurrent layer.
+TEST(TraceRunnerInvariants, EachBrokenFieldIsNamed) {
+  const std::string text =
+      "trace 1\nrows 2\nlayer a kv\nlayer s ssm heads=1 dk=2 dv=2 conv=3\nwindow 2\n";
+  // A layout of `rows` rows with `layers` of the header's layers.
+  const auto make = [&](int rows, size_t layers) {
+    Program program = Parse(text, "self.trace");
+    program.layers.resize(layers);
+    std::unique_ptr<Layout> layout;
+    EXPECT_TRUE(Layout::Create(rows, program.layers, &layout).ok());
+    return layout;
+  };
+  // The recurrent layer's conv weights: K x its channels.
+  const size_t weights = Parse(text, "self.trace").layers[1].SsmChannels() * 3;
+  struct Case {
+    const char* what;
+    std::function<void(Runner&)> corrupt;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"no current layout", [](Runner& r) { RunnerTestAccess::CurrentName(r) = "gone"; },
+       "no layout named 'gone' (the current one)"},
+      {"a null layout", [](Runner& r) { RunnerTestAccess::Layouts(r)["x"].layout = nullptr; },
+       "layout 'x' is null"},
+      {"a layout of another layer count",
+       [&](Runner& r) { RunnerTestAccess::Layouts(r)["x"].layout = make(2, 1); },
+       "layout 'x' has 1 layers"},
+      {"a layout of more rows than a trace may have",
+       [&](Runner& r) { RunnerTestAccess::Layouts(r)["x"].layout = make(trace::kMaxRows + 1, 2); },
+       "layout 'x' has " + std::to_string(trace::kMaxRows + 1) + " rows"},
+      {"conv weights for one layer too few",
+       [](Runner& r) { RunnerTestAccess::ConvWeights(r).pop_back(); },
+       "conv weights for 1 of 2 layers"},
+      {"one conv weight too many",
+       [](Runner& r) { RunnerTestAccess::ConvWeights(r)[1].push_back(0.5f); },
+       "layer 's' has " + std::to_string(weights + 1) + " conv weights"},
+      {"conv weights for a plain layer",
+       [](Runner& r) { RunnerTestAccess::ConvWeights(r)[0].push_back(0.5f); },
+       "layer 'a' has 1 conv weights"},
+      {"packed conv weights for one layer too few",
+       [](Runner& r) { RunnerTestAccess::PackedConvWeights(r).pop_back(); },
+       "packed conv weights for 1 layers"},
+      {"a packed conv weight that differs",
+       [](Runner& r) { RunnerTestAccess::PackedConvWeights(r)[1][4] += 1.0f; },
+       "layer 's': packed conv weights differ from its weights"},
+      {"packed conv weights for a plain layer",
+       [](Runner& r) { RunnerTestAccess::PackedConvWeights(r)[0].push_back(0.5f); },
+       "layer 'a' has packed conv weights"},
+      {"an exit status above 2", [](Runner& r) { RunnerTestAccess::ExitStatus(r) = 3; },
+       "exit status 3"},
+      {"a negative exit status", [](Runner& r) { RunnerTestAccess::ExitStatus(r) = -1; },
+       "exit status -1"},
+      {"between statements inside expect error",
+       [](Runner& r) { RunnerTestAccess::TopLevel(r) = false; },
+       "between statements inside `expect error`"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Program program = Parse(text, "self.trace");
+    std::ostringstream out, err;
+    Runner runner(program, trace::RunOptions(), out, err);
+    const std::vector<Statement> body = RunHeader(&program, &runner);
+    ASSERT_EQ(body.size(), 1u);
+    ASSERT_EQ(RunnerTestAccess::Execute(runner, body[0]).code, 0);  // window 2
+    ASSERT_TRUE(runner.CheckInvariants().ok()) << runner.CheckInvariants().message();
+    ASSERT_EQ(RunnerTestAccess::ConvWeights(runner)[1].size(), weights);
+    c.corrupt(runner);
+    const Status s = runner.CheckInvariants();
+    EXPECT_FALSE(s.ok());
+    EXPECT_EQ(s.message(), c.message);
+  }
 }
 
 // `expect error OP` promises that OP is refused and that the layout is
