@@ -14,6 +14,7 @@
 #include "core/invariants.h"
 #include "core/kv_cache.h"
 #include "core/layout.h"
+#include "core/tests/layout_test_util.h"
 #include "core/ssm_cache.h"
 #include "kernels/conv1d.h"
 
@@ -39,50 +40,9 @@ struct InvariantsTestAccess {
 namespace {
 
 using Access = InvariantsTestAccess;
-
-std::vector<float> Filled(size_t n, float start) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = start + 0.01f * static_cast<float>(i % 97);
-  return v;
-}
-
-// One forward of `cols` through every layer, with made-up contents.
-Status RunForward(Layout& layout, const ForwardColumns& cols) {
-  const size_t rows = static_cast<size_t>(layout.rows());
-  const size_t L = static_cast<size_t>(cols.columns);
-  std::vector<std::vector<float>> buffers;
-  buffers.reserve(8 * layout.size());
-  std::vector<AttentionIO> io(layout.size());
-  for (size_t l = 0; l < layout.size(); ++l) {
-    const LayerConfig& c = layout.config(l);
-    if (c.kind == CacheKind::kSsm) {
-      const size_t C = c.SsmChannels(), hv = static_cast<size_t>(c.heads);
-      SsmIO ssm;
-      ssm.conv_weights = buffers.emplace_back(Filled(C * c.conv, 0.1f)).data();
-      ssm.x = buffers.emplace_back(Filled(rows * L * C, 0.2f)).data();
-      ssm.gate = buffers.emplace_back(Filled(rows * L * hv, 0.5f)).data();
-      ssm.beta = buffers.emplace_back(Filled(rows * L * hv, 0.3f)).data();
-      io[l] = AttentionIO(ssm);
-      continue;
-    }
-    const size_t q = rows * L * c.QueryHeads() * c.dim, kv = rows * L * c.heads * c.dim;
-    const float* query = buffers.emplace_back(Filled(q, 0.4f)).data();
-    const float* key = buffers.emplace_back(Filled(kv, 0.6f)).data();
-    float* out = buffers.emplace_back(q, 0.0f).data();
-    io[l] = AttentionIO(query, key, key, out);
-  }
-  return layout.Forward(cols, io);
-}
-
-LayerConfig Layer(const std::string& name, CacheKind kind, int32_t window = 0,
-                  int32_t capacity = 0) {
-  LayerConfig c;
-  c.name = name;
-  c.kind = kind;
-  c.window = window;
-  c.capacity = capacity;
-  return c;
-}
+using layout_test::Filled;
+using layout_test::Layer;
+using layout_test::RunForward;
 
 // kv, two rings sharing a mask (window 3, capacity 4), a ring of its own
 // window and a recurrent layer.

@@ -1,0 +1,63 @@
+// Helpers shared by the core tests that drive whole layouts
+// (invariants_test, edges_test, accept_lockstep_test): contents made up
+// from a start value, a forward through every layer, a layer config.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/layer_config.h"
+#include "core/layout.h"
+#include "core/status.h"
+
+namespace kvspec::layout_test {
+
+// n floats from `start` in steps of 0.01, repeating every 97.
+inline std::vector<float> Filled(size_t n, float start) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = start + 0.01f * static_cast<float>(i % 97);
+  return v;
+}
+
+// One forward of `cols` through every layer, with made-up contents.
+inline Status RunForward(Layout& layout, const ForwardColumns& cols) {
+  const size_t rows = static_cast<size_t>(layout.rows());
+  const size_t L = static_cast<size_t>(cols.columns);
+  std::vector<std::vector<float>> buffers;
+  buffers.reserve(8 * layout.size());
+  std::vector<AttentionIO> io(layout.size());
+  for (size_t l = 0; l < layout.size(); ++l) {
+    const LayerConfig& c = layout.config(l);
+    if (c.kind == CacheKind::kSsm) {
+      const size_t C = c.SsmChannels(), hv = static_cast<size_t>(c.heads);
+      SsmIO ssm;
+      ssm.conv_weights = buffers.emplace_back(Filled(C * c.conv, 0.1f)).data();
+      ssm.x = buffers.emplace_back(Filled(rows * L * C, 0.2f)).data();
+      ssm.gate = buffers.emplace_back(Filled(rows * L * hv, 0.5f)).data();
+      ssm.beta = buffers.emplace_back(Filled(rows * L * hv, 0.3f)).data();
+      io[l] = AttentionIO(ssm);
+      continue;
+    }
+    const size_t q = rows * L * c.QueryHeads() * c.dim, kv = rows * L * c.heads * c.dim;
+    const float* query = buffers.emplace_back(Filled(q, 0.4f)).data();
+    const float* key = buffers.emplace_back(Filled(kv, 0.6f)).data();
+    float* out = buffers.emplace_back(q, 0.0f).data();
+    io[l] = AttentionIO(query, key, key, out);
+  }
+  return layout.Forward(cols, io);
+}
+
+// A layer of `kind`, with the config's default shape.
+inline LayerConfig Layer(const std::string& name, CacheKind kind, int32_t window = 0,
+                  int32_t capacity = 0) {
+  LayerConfig c;
+  c.name = name;
+  c.kind = kind;
+  c.window = window;
+  c.capacity = capacity;
+  return c;
+}
+
+}  // namespace kvspec::layout_test
