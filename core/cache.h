@@ -53,7 +53,7 @@ struct ForwardColumns {
 // never changes afterwards.
 struct RopeOffset {
   bool is_static = true;
-  int32_t value = 0;            // when is_static
+  int32_t value = 0;            // when is_static; 0 when the rows differ
   std::vector<int32_t> per_row; // always filled, [rows]
 };
 

@@ -150,6 +150,20 @@ TEST(ColumnStoreEdges, EachShapeFieldOutOfRangeBreaksInvariant1) {
   }
 }
 
+// Invariant 4 for a ring that has not wrapped: it still holds every column
+// it was given (the oldest slots are dropped only once the ring wraps). A
+// ring of capacity 4 after 3 columns, with one column fewer held, breaks
+// exactly that invariant (held <= slots keeps invariant 3 whole).
+TEST(ColumnStoreEdges, ARingThatHasNotWrappedHoldsEveryColumn) {
+  RotatingCache ring(1, 1, 2, 4);
+  ASSERT_TRUE(AppendTo(ring, ForwardColumns::Dense(1, 3)).ok());
+  ASSERT_TRUE(ring.CheckInvariants().ok()) << ring.CheckInvariants().message();
+  RotatingCache c = ring;
+  Access::Held(c) -= 1;
+  ExpectError(c.CheckInvariants(),
+              {"a cache that has not wrapped holds every column", "ColumnStore invariant 4"});
+}
+
 // Invariant 5 compares buffer sizes with a product of the shape that could
 // overflow: a slot count so large that keys * values would wrap around to
 // exactly the floats held must still be a mismatch, and named as the keys'.
@@ -697,6 +711,19 @@ TEST(KindsEdges, TheRopeOffsetOfACacheWithoutRowsIsStaticZero) {
   const RopeOffset three = one.ropeOffset();
   EXPECT_TRUE(three.is_static);
   EXPECT_EQ(three.value, 3);
+}
+
+// Rows at different positions have no static offset: `value` is then 0, not
+// some row's position (core/cache.h), and per_row holds each row's.
+TEST(KindsEdges, TheRopeOffsetOfRowsAtDifferentPositionsIsPerRowWithValueZero) {
+  BatchedKvCache two(2, 1, 2);
+  ForwardColumns cols = ForwardColumns::Dense(2, 3);
+  cols.left = {0, 1};  // row 1 gets one token fewer
+  ASSERT_TRUE(AppendTo(two, cols).ok());
+  const RopeOffset r = two.ropeOffset();
+  EXPECT_FALSE(r.is_static);
+  EXPECT_EQ(r.value, 0);
+  EXPECT_EQ(r.per_row, (std::vector<int32_t>{3, 2}));
 }
 
 }  // namespace
