@@ -164,6 +164,33 @@ TEST(ColumnStoreEdges, ARingThatHasNotWrappedHoldsEveryColumn) {
               {"a cache that has not wrapped holds every column", "ColumnStore invariant 4"});
 }
 
+// Dropping rejected tips moves the columns after them down, whole: a pad
+// column that followed the dropped tip lands in the tip's slot with its own
+// keys AND values (written here with values unlike the keys, as a real
+// engine's are). One row, one head of 2 lanes, a window of 3 columns with
+// one right pad [real, real, pad], then one tip dropped.
+TEST(ColumnStoreEdges, DroppingTipsMovesEachLaterColumnWithItsKeysAndValues) {
+  KvCache c(1, 2);
+  ForwardColumns cols = ForwardColumns::Dense(1, 3);
+  cols.right = {1};
+  const std::vector<float> k = {1, 2, 3, 4, 5, 6};
+  const std::vector<float> v = {-1, -2, -3, -4, -5, -6};
+  ASSERT_TRUE(c.Append(cols, k.data(), v.data()).ok());
+  const KvView before = c.View();
+  const std::vector<float> pad_k(before.Key(0, 0, 2), before.Key(0, 0, 2) + 2);
+  const std::vector<float> pad_v(before.Value(0, 0, 2), before.Value(0, 0, 2) + 2);
+  ASSERT_NE(pad_k, pad_v);
+  ASSERT_TRUE(c.DropTips({1}).ok());
+  ASSERT_EQ(c.positions(), std::vector<int32_t>{1});
+  const KvView after = c.View();
+  EXPECT_EQ(std::vector<float>(after.Key(0, 0, 1), after.Key(0, 0, 1) + 2), pad_k);
+  EXPECT_EQ(std::vector<float>(after.Value(0, 0, 1), after.Value(0, 0, 1) + 2), pad_v);
+  EXPECT_EQ(std::vector<float>(after.Key(0, 0, 0), after.Key(0, 0, 0) + 2),
+            (std::vector<float>{1, 2}));
+  EXPECT_EQ(std::vector<float>(after.Value(0, 0, 0), after.Value(0, 0, 0) + 2),
+            (std::vector<float>{-1, -2}));
+}
+
 // Invariant 5 compares buffer sizes with a product of the shape that could
 // overflow: a slot count so large that keys * values would wrap around to
 // exactly the floats held must still be a mismatch, and named as the keys'.
