@@ -241,6 +241,27 @@ TEST(ContentIndexEdges, SeenOfOneQueryIsTheSortedTagsOfAdmittedSlots) {
   EXPECT_EQ(index.Seen(kLayer, view, none, 0, 0), std::vector<Tag>{});
 }
 
+// A mask scans `slots` slots per row (kernels/mask.h), which may be fewer
+// than its stride: a slot past them is not seen even when it holds a
+// position the query admits. (Storage of 8 slots, a mask over the first 7:
+// slot 7 is in bounds, so scanning one slot too many shows as a tag.)
+TEST(ContentIndexEdges, SeenScansOnlyTheMasksSlots) {
+  Storage s;
+  ContentIndex index;
+  s.WriteToken(&index, 0, 2, 2);
+  s.WriteToken(&index, kSlots - 2, 3, 8);  // the last slot scanned
+  s.WriteToken(&index, kSlots - 1, 4, 4);  // admitted, but past the scan
+  const KvView view = s.view();
+  Mask mask = OneQueryMask(s, 0, 9);
+  const std::vector<Tag> all = {Token(2, 2), Token(3, 8), Token(4, 4)};
+  EXPECT_EQ(index.Seen(kLayer, view, mask, 0, 0), all);
+  mask.slots = kSlots - 1;
+  const std::vector<Tag> want = {Token(2, 2), Token(3, 8)};
+  EXPECT_EQ(index.Seen(kLayer, view, mask, 0, 0), want);
+  SlotTags tags(index, kLayer, view, mask);
+  EXPECT_EQ(tags.Seen(0, 0), want);
+}
+
 TEST(TagEdges, ToStringAndJoinTags) {
   EXPECT_EQ(Token(5, 5).ToString(), "5");
   EXPECT_EQ(Token(5, 7).ToString(), "5:7");

@@ -14,9 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/batch.h"
@@ -24,6 +27,7 @@
 #include "core/kv_cache.h"
 #include "core/layout.h"
 #include "core/ssm_cache.h"
+#include "kernels/conv1d.h"
 #include "trace/program.h"
 #include "trace/runner.h"
 #include "trace/values.h"
@@ -237,6 +241,149 @@ TEST(CodecDamage, LayoutRefusesARingConfigOfAnotherWindow) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("does not match the layer's configuration"), std::string::npos)
       << s.message();
+}
+
+// ------------------------------------------------------------ field bounds
+// Every bounded integer of the formats' headers (a layout's row and layer
+// counts and each layer's config; a column cache's and a recurrent cache's
+// geometry and counts), set one below its least and one above its greatest
+// value, is refused at once by the codec with the exact message
+// "bad encoding at byte E: NAME V outside [LO, HI]", E the offset just past
+// the field; not later, by an invariant, with another message.
+struct FieldBound {
+  const char* name;
+  size_t at;     // offset of the field
+  int width;     // 4: int32 (or uint32 when lo >= 0 and unsigned_field), 8: int64
+  bool unsigned_field;
+  int64_t lo, hi;
+};
+
+template <class T>
+std::string Written(std::string bytes, size_t at, int64_t v) {
+  EXPECT_LE(at + sizeof(T), bytes.size());
+  Put<T>(&bytes, at, static_cast<T>(v));
+  return bytes;
+}
+
+std::string WithField(const std::string& bytes, const FieldBound& f, int64_t v) {
+  if (f.width == 8) return f.unsigned_field ? Written<uint64_t>(bytes, f.at, v)
+                                            : Written<int64_t>(bytes, f.at, v);
+  return f.unsigned_field ? Written<uint32_t>(bytes, f.at, v) : Written<int32_t>(bytes, f.at, v);
+}
+
+std::string OutsideMessage(const FieldBound& f, int64_t v) {
+  return "bad encoding at byte " + std::to_string(f.at + static_cast<size_t>(f.width)) + ": " +
+         f.name + " " + std::to_string(v) + " outside [" + std::to_string(f.lo) + ", " +
+         std::to_string(f.hi) + "]";
+}
+
+// Decodes `bytes` with each field of `fields` out of its bounds in turn.
+template <class Decode>
+void ExpectEveryBoundRefused(const std::string& what, const std::string& bytes,
+                             const std::vector<FieldBound>& fields, Decode decode) {
+  ASSERT_TRUE(decode(bytes).ok()) << what;
+  for (const FieldBound& f : fields) {
+    std::vector<int64_t> outside = {f.hi + 1};
+    if (!(f.unsigned_field && f.lo == 0)) outside.push_back(f.lo - 1);
+    for (int64_t v : outside) {
+      const Status s = decode(WithField(bytes, f, v));
+      EXPECT_FALSE(s.ok()) << what << " " << f.name << " " << v;
+      EXPECT_EQ(s.message(), OutsideMessage(f, v)) << what << " " << f.name << " " << v;
+    }
+  }
+}
+
+Status DecodesAsLayout(const std::string& bytes) {
+  std::unique_ptr<Layout> out;
+  return DecodeLayout(bytes, &out);
+}
+
+Status DecodesAsCache(const std::string& bytes) {
+  std::unique_ptr<Cache> out;
+  return DecodeCache(bytes, &out);
+}
+
+TEST(CodecBounds, EveryLayoutFieldOutsideItsBoundsIsRefusedWithItsExactMessage) {
+  LayerConfig ring;
+  ring.name = "ring";
+  ring.kind = CacheKind::kRotating;
+  ring.window = 3;
+  for (const LayerConfig& layer : {LayerConfig{}, ring}) {
+    LayerConfig named = layer;
+    if (named.name.empty()) named.name = "a";
+    const std::string bytes = EncodedLayout(1, {named});
+    ASSERT_FALSE(bytes.empty());
+    const int64_t heads = 1 << 12, dims = 1 << 16, windows = int64_t{1} << 30;
+    std::vector<FieldBound> fields = {{"rows", 8, 4, false, 1, 1 << 16},
+                                      {"layers", 12, 4, true, 1, 1024}};
+    const std::vector<std::tuple<const char*, int64_t, int64_t>> config = {
+        {"layer type", 0, 2},   {"heads", 1, heads},     {"query heads", 0, heads},
+        {"dim", 1, dims},       {"window", 0, windows},  {"capacity", 0, windows},
+        {"key heads", 0, heads}, {"dk", 1, dims},        {"dv", 1, dims},
+        {"conv", 1, static_cast<int64_t>(kMaxConvKernel)}};
+    for (size_t i = 0; i < config.size(); ++i) {
+      const auto& [name, lo, hi] = config[i];
+      fields.push_back({name, Layer0Field(bytes, static_cast<int>(i)), 4, false, lo, hi});
+    }
+    ExpectEveryBoundRefused("layout of " + named.name, bytes, fields, DecodesAsLayout);
+  }
+}
+
+TEST(CodecBounds, EveryCacheFieldOutsideItsBoundsIsRefusedWithItsExactMessage) {
+  const int64_t heads = 1 << 12, dims = 1 << 16, windows = int64_t{1} << 30;
+  const int64_t int32_max = std::numeric_limits<int32_t>::max();
+  const auto x = Filled(2 * 3 * 2, 1.0f);
+  // Column stores: the plain kind has no capacity, a ring one of at least
+  // 1; a single-row kind exactly one row.
+  KvCache kv(1, 2);
+  RotatingCache ring(1, 2, 2, 3);
+  BatchedKvCache batched(2, 1, 2);
+  ASSERT_TRUE(kv.Append(ForwardColumns::Dense(1, 3), x.data(), x.data()).ok());
+  ASSERT_TRUE(ring.Append(ForwardColumns::Dense(1, 3), x.data(), x.data()).ok());
+  ASSERT_TRUE(batched.Append(ForwardColumns::Dense(2, 3), x.data(), x.data()).ok());
+  const std::vector<std::tuple<const Cache*, int64_t, int64_t, int64_t>> stores = {
+      {&kv, 1, 0, 0}, {&ring, 1, 1, windows}, {&batched, 1 << 16, 0, 0}};
+  for (const auto& [cache, max_rows, min_capacity, max_capacity] : stores) {
+    std::string bytes;
+    ASSERT_TRUE(EncodeCache(*cache, &bytes).ok());
+    const size_t at = 12 + cache->kind().size();
+    ASSERT_EQ(Get<uint32_t>(bytes, 8), cache->kind().size());
+    ExpectEveryBoundRefused(cache->kind(), bytes,
+                            {{"rows", at, 4, false, 1, max_rows},
+                             {"kv heads", at + 4, 4, false, 1, heads},
+                             {"head dim", at + 8, 4, false, 1, dims},
+                             {"window", at + 12, 4, false, 0, windows},
+                             {"ring capacity", at + 16, 4, false, min_capacity, max_capacity},
+                             {"columns", at + 20, 8, false, 0, int32_max},
+                             {"peak", at + 28, 8, false, 0, int32_max},
+                             {"slots", at + 44, 8, true, 0, windows}},
+                            DecodesAsCache);
+  }
+  // Recurrent caches.
+  SsmShape shape;
+  shape.value_heads = 2;
+  shape.key_heads = 1;
+  shape.dk = 3;
+  shape.dv = 2;
+  shape.conv = 3;
+  SsmCache ssm(shape);
+  BatchedSsmCache batched_ssm(2, shape);
+  for (const auto& [cache, max_rows] :
+       std::vector<std::pair<const Cache*, int64_t>>{{&ssm, 1}, {&batched_ssm, 1 << 16}}) {
+    std::string bytes;
+    ASSERT_TRUE(EncodeCache(*cache, &bytes).ok());
+    const size_t at = 12 + cache->kind().size();
+    ASSERT_EQ(Get<uint32_t>(bytes, 8), cache->kind().size());
+    ExpectEveryBoundRefused(cache->kind(), bytes,
+                            {{"rows", at, 4, false, 1, max_rows},
+                             {"value heads", at + 4, 4, false, 1, heads},
+                             {"key heads", at + 8, 4, false, 1, heads},
+                             {"dk", at + 12, 4, false, 1, dims},
+                             {"dv", at + 16, 4, false, 1, dims},
+                             {"conv kernel", at + 20, 4, false, 1,
+                              static_cast<int64_t>(kMaxConvKernel)}},
+                            DecodesAsCache);
+  }
 }
 
 // The encoding of a one-row layout of one default kv layer "a" after a
@@ -697,6 +844,24 @@ TEST(TraceRunnerLimits, WorkBudgetIsTheSumOfTheForwardsWork) {
   // A window of its own: the first forward alone.
   EXPECT_EQ(SmallestWork("trace 1\nrows 1\nlayer a kv heads=2 qheads=4 dim=8\nwindow 4\n", false),
             4 * slots + slots * slot_bytes + pairs1 * 64);
+}
+
+// A recurrent forward's work (the "recurrent steps" of README), per real
+// token of a row: 4 multiply-adds per recurrent state element (Hv x dv x
+// dk: its decay, the k.S read, the update and the q.S output) and one per
+// conv weight (C x K, C = 2 x Hk x dk + Hv x dv channels); pad columns
+// cost nothing, and outputs are always computed, with or without --values.
+// Here Hv = 2, Hk = 1, dk = 4, dv = 3, K = 4: C = 14, 4 x 24 + 14 x 4 = 152
+// per token, over 3 + 2 tokens (a right pad in row 1) and a decode of 2.
+TEST(TraceRunnerLimits, RecurrentWorkIsItsStepsPerRealToken) {
+  const std::string header =
+      "trace 1\nrows 2\nlayer s ssm heads=2 kheads=1 dk=4 dv=3 conv=4\nwindow 3 right=0,1\n";
+  const uint64_t channels = 2 * 1 * 4 + 2 * 3;
+  const uint64_t per_token = 4 * 2 * 3 * 4 + channels * 4;
+  ASSERT_EQ(per_token, 152u);
+  EXPECT_EQ(SmallestWork(header, false), 5 * per_token);
+  EXPECT_EQ(SmallestWork(header + "decode\n", false), 7 * per_token);
+  EXPECT_EQ(SmallestWork(header + "decode\n", true), 7 * per_token);
 }
 
 // The work limit names the work in whole millions, rounded down: a trace
