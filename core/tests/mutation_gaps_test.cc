@@ -30,6 +30,7 @@
 #include "kernels/conv1d.h"
 #include "trace/program.h"
 #include "trace/runner.h"
+#include "trace/runner_internal.h"
 #include "trace/values.h"
 
 namespace kvspec {
@@ -1127,6 +1128,104 @@ TEST(TraceRunnerExpect, ExpectEqualNamesTheCurrentSideFirst) {
   EXPECT_NE(err2.str().find("equal.trace:8: expected equal other got positions 0 vs 2"),
             std::string::npos)
       << err2.str();
+}
+
+// A failed `expect equal NAME` names the first difference, the whole of
+// stderr compared: the row counts; the positions; per layer in header
+// order and per row, a recurrent layer's conv state, then its recurrent
+// state (a conv kernel of 1 keeps no conv state, so only the recurrent
+// state can differ); an attention layer's first differing token by its
+// position, in the row it is in (row 0 left-padded by one column, so the
+// rows' slots hold different positions).
+TEST(TraceRunnerExpect, ExpectEqualNamesItsFirstDifferenceExactly) {
+  const std::string header = "trace 1\nrows 2\nlayer s ssm conv=2\nlayer g ssm conv=1\nlayer a kv\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"extract 1 as one\nexpect equal one\n", "t.trace:7: expected equal one got rows 2 vs 1\n"},
+      {"fork b\nwindow 1\nexpect equal b\n", "t.trace:8: expected equal b got positions 1,1 vs 0,0\n"},
+      {"window 3 left=1,0\nfork b\ndecode ids=2/9\nuse b\ndecode ids=2/3\nexpect equal main\n",
+       "t.trace:11: expected equal main got layer s row 1: conv state differs\n"},
+  };
+  for (const auto& [body, want] : cases) {
+    trace::RunOptions options;
+    std::ostringstream out, err;
+    const int status = trace::RunTraceText(header + body, "t.trace", options, out, err);
+    EXPECT_EQ(status, 1) << body;
+    EXPECT_EQ(err.str(), want) << body;
+  }
+  // Only the recurrent state of `g` (no conv state) or only the tokens of
+  // `a` can differ when the ssm layer with a conv state is left out.
+  const std::vector<std::tuple<std::string, std::string, std::string>> layers = {
+      {"layer g ssm conv=1\nlayer a kv\n", "window 3 left=1,0\nfork b\ndecode ids=2/9\nuse b\n"
+                                           "decode ids=2/3\nexpect equal main\n",
+       "t.trace:10: expected equal main got layer g row 1: recurrent state differs\n"},
+      {"layer a kv\n", "window 3 left=1,0\nfork b\ndecode ids=2/9\nuse b\ndecode ids=2/3\n"
+                       "expect equal main\n",
+       "t.trace:9: expected equal main got layer a row 1 position 3 differs\n"},
+      {"layer a kv\nlayer z kv dim=2\n", "window 3 left=1,0\nfork b\ndecode ids=5/3\nuse b\n"
+                                         "decode ids=2/3\nexpect equal main\n",
+       "t.trace:10: expected equal main got layer a row 0 position 2 differs\n"},
+  };
+  for (const auto& [layer_lines, body, want] : layers) {
+    trace::RunOptions options;
+    std::ostringstream out, err;
+    const std::string text = "trace 1\nrows 2\n" + layer_lines + body;
+    EXPECT_EQ(trace::RunTraceText(text, "t.trace", options, out, err), 1) << text;
+    EXPECT_EQ(err.str(), want) << text;
+  }
+  // Equal: a copy of every kind of layer; and two rings (window 2) that
+  // differ only in a token no later query sees (position 1 once 2 is
+  // held: a ring compares its last W - 1 tokens).
+  const std::vector<std::string> equal = {
+      header + "window 3 left=1,0\nfork b\nexpect equal b\ndecode\nuse b\ndecode\nexpect equal main\n",
+      "trace 1\nrows 1\nlayer r rotating window=2\nfork b\ndecode\ndecode ids=1\ndecode\n"
+      "use b\ndecode\ndecode ids=9\ndecode\nexpect equal main\n"};
+  for (const std::string& text : equal) {
+    trace::RunOptions options;
+    std::ostringstream out, err;
+    EXPECT_EQ(trace::RunTraceText(text, "t.trace", options, out, err), 0) << text;
+    EXPECT_EQ(err.str(), "") << text;
+  }
+}
+
+// `expect equal` compares every key and value float of every head of each
+// token it compares: two layouts whose attention layer differs in any one
+// float (of a key or a value, of either head, of either row) differ at
+// that token's position, in that row.
+TEST(TraceRunnerExpect, DifferenceSeesEveryKeyAndValueFloatOfEveryHead) {
+  LayerConfig kv;
+  kv.name = "a";
+  kv.heads = 2;
+  kv.dim = 3;
+  const int rows = 2, tokens = 3;
+  const size_t per_token = 2 * 3, n = rows * tokens * per_token;
+  const std::vector<float> q = Filled(n, 0.0f), k = Filled(n, 1.0f), v = Filled(n, -50.0f);
+  auto make = [&](const std::vector<float>& keys, const std::vector<float>& values) {
+    std::unique_ptr<Layout> layout;
+    EXPECT_TRUE(Layout::Create(rows, {kv}, &layout).ok());
+    if (layout) {
+      EXPECT_TRUE(layout
+                      ->Forward(ForwardColumns::Dense(rows, tokens),
+                                {AttentionIO(q.data(), keys.data(), values.data(), nullptr)})
+                      .ok());
+    }
+    return layout;
+  };
+  const std::unique_ptr<Layout> base = make(k, v);
+  ASSERT_NE(base, nullptr);
+  EXPECT_EQ(trace::runner_internal::Difference(*base, *make(k, v)), "");
+  for (int which = 0; which < 2; ++which) {
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<float> k2 = k, v2 = v;
+      (which == 0 ? k2 : v2)[i] += 0.5f;
+      const std::unique_ptr<Layout> other = make(k2, v2);
+      ASSERT_NE(other, nullptr);
+      const size_t row = i / (tokens * per_token), pos = i / per_token % tokens;
+      EXPECT_EQ(trace::runner_internal::Difference(*base, *other),
+                "layer a row " + std::to_string(row) + " position " + std::to_string(pos) +
+                    " differs")
+          << (which == 0 ? "key " : "value ") << i;
+    }
+  }
 }
 
 }  // namespace
