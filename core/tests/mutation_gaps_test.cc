@@ -515,6 +515,52 @@ TEST(LayoutCopy, ACopyHasNoLastMask) {
   EXPECT_EQ(copy->LastMask(1)->queries, 1);
 }
 
+// Every layout that an operation makes anew (created, copied, extracted,
+// decoded) and every one that a filter or join changed reads no mask until
+// its own first forward, and holds its invariants (Layout invariant 5: a
+// layer reads no mask, or one that exists), also in a build without the
+// invariant checks after each operation.
+TEST(LayoutMasks, EveryNewOrChangedLayoutReadsNoMask) {
+  LayerConfig kv, ring;
+  kv.name = "a";
+  ring.name = "r";
+  ring.kind = CacheKind::kRotating;
+  ring.window = 2;
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(2, {kv, ring}, &layout).ok());
+  auto reads_no_mask = [](const Layout& l, const char* what) {
+    EXPECT_TRUE(l.CheckInvariants().ok()) << what << ": " << l.CheckInvariants().message();
+    for (size_t i = 0; i < l.size(); ++i) EXPECT_EQ(l.LastMask(i), nullptr) << what << " " << i;
+  };
+  reads_no_mask(*layout, "created");
+  const auto x = Filled(2 * 3 * 4, 0.5f);
+  const AttentionIO io(x.data(), x.data(), x.data(), nullptr);
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(2, 3), {io, io}).ok());
+  ASSERT_NE(layout->LastMask(0), nullptr);
+  ASSERT_NE(layout->LastMask(1), nullptr);
+  reads_no_mask(*layout->Copy(), "copied");
+  std::unique_ptr<Layout> one;
+  ASSERT_TRUE(layout->Extract(1, &one).ok());
+  reads_no_mask(*one, "extracted");
+  std::string bytes;
+  ASSERT_TRUE(EncodeLayout(*layout, &bytes).ok());
+  std::unique_ptr<Layout> decoded;
+  ASSERT_TRUE(DecodeLayout(bytes, &decoded).ok());
+  reads_no_mask(*decoded, "decoded");
+  const std::unique_ptr<Layout> other = layout->Copy();
+  ASSERT_TRUE(layout->Join(*other).ok());
+  reads_no_mask(*layout, "joined");
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(4, 1), {io, io}).ok());
+  ASSERT_NE(layout->LastMask(1), nullptr);
+  ASSERT_TRUE(layout->Filter({0, 3}).ok());
+  reads_no_mask(*layout, "filtered");
+  // Each reads its own mask after its own forward.
+  ASSERT_TRUE(one->Forward(ForwardColumns::Dense(1, 1), {io, io}).ok());
+  ASSERT_NE(one->LastMask(1), nullptr);
+  EXPECT_EQ(one->LastMask(1)->rows, 1);
+  EXPECT_TRUE(one->CheckInvariants().ok());
+}
+
 // An accept count below 0 is refused by the layout, naming the count, before
 // any layer is asked to drop or roll back anything.
 TEST(LayoutRounds, NegativeAcceptIsRefusedByTheLayout) {
