@@ -128,6 +128,25 @@ TEST(TraceRunnerLimits, EachHeldOutEntryCosts64BytesAndItsFloats) {
   EXPECT_NE(err2.str().find("out.trace:10: limit: fork needs "), std::string::npos) << err2.str();
 }
 
+// The same for the tags each query saw, held for a trace that reads them
+// (`expect sees`): 64 bytes per query of the forward plus one Tag per seen
+// pair (8 queries seeing 1 + 2 + ... + 8 tokens), in every layout holding
+// the forward. The smallest budget of the trace with the `expect sees`
+// line exceeds the one without it by exactly that, the forks deciding.
+TEST(TraceRunnerLimits, EachHeldSeesEntryCosts64BytesAndItsTags) {
+  const std::string window = "trace 1\nrows 1\nlayer a kv heads=1 dim=4\nwindow 8\n";
+  const uint64_t per_forward = 8 * 64 + (8 * 9 / 2) * sizeof(trace::Tag);
+  std::string forks;
+  for (int n = 1; n <= 5; ++n) {
+    forks += "fork f" + std::to_string(n) + "\n";
+    if (n < 3) continue;  // the forks decide, not the forward
+    const uint64_t with = SmallestBudget(window + "expect sees a r0 p0: 0\n" + forks, false);
+    const uint64_t without = SmallestBudget(window + forks, false);
+    EXPECT_EQ(with - without, static_cast<uint64_t>(n) * per_forward)
+        << n << " forks: " << with << " vs " << without;
+  }
+}
+
 // ------------------------------------------------------------ expect error
 
 // A plain kv cache whose trim refuses what its CheckTrim accepted: a cache
