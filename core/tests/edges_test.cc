@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <new>
@@ -37,12 +38,21 @@ struct InvariantsTestAccess {
   static int64_t& Held(ColumnStore& c) { return c.held_; }
   static std::vector<int32_t>& Next(ColumnStore& c) { return c.next_; }
   static std::vector<int64_t>& HeldPads(ColumnStore& c) { return c.held_pads_; }
+  static int64_t& Columns(ColumnStore& c) { return c.columns_; }
+  static int64_t& Peak(ColumnStore& c) { return c.peak_; }
+  static int64_t& PeakBeforeWrite(ColumnStore& c) { return c.peak_before_write_; }
+  static std::vector<int32_t>& LastWriteReal(ColumnStore& c) { return c.last_write_real_; }
+  static bool& LastWriteWasDecode(ColumnStore& c) { return c.last_write_was_decode_; }
 
   static int& Rows(SsmCacheBase& c) { return c.rows_; }
   static SsmShape& Shape(SsmCacheBase& c) { return c.shape_; }
   static std::vector<uint8_t>& Active(SsmCacheBase& c) { return c.active_; }
   static std::vector<int32_t>& Next(SsmCacheBase& c) { return c.next_; }
   static int64_t& Columns(SsmCacheBase& c) { return c.columns_; }
+  static bool& Verified(SsmCacheBase& c) { return c.verified_; }
+  static std::vector<uint8_t>& Snapshots(SsmCacheBase& c) { return c.snapshot_; }
+  static std::vector<int32_t>& RoundReal(SsmCacheBase& c) { return c.round_real_; }
+  static std::vector<std::vector<float>>& Records(SsmCacheBase& c) { return c.record_; }
 
   static int& Rows(Layout& l) { return l.rows_; }
   static std::vector<std::unique_ptr<Cache>>& Layers(Layout& l) { return l.layers_; }
@@ -164,6 +174,86 @@ TEST(ColumnStoreEdges, ARingThatHasNotWrappedHoldsEveryColumn) {
               {"a cache that has not wrapped holds every column", "ColumnStore invariant 4"});
 }
 
+// Invariants 2, 3, 4 (a plain cache) and 9, each condition alone, named by
+// the whole message. A ring (window 2, capacity 4) after writes of 2 and 1
+// columns: held = columns = peak = 3, peak before the last write 2, first
+// slot 0; a plain cache after 2 columns; and caches with no write yet.
+TEST(ColumnStoreEdges, EachCounterAndGeometryConditionAloneBreaksItsInvariant) {
+  RotatingCache ring(1, 1, 2, 4);
+  ASSERT_TRUE(AppendTo(ring, ForwardColumns::Dense(1, 2)).ok());
+  ASSERT_TRUE(AppendTo(ring, ForwardColumns::Dense(1, 1)).ok());
+  ASSERT_TRUE(ring.CheckInvariants().ok()) << ring.CheckInvariants().message();
+  ASSERT_EQ(Access::Held(ring), 3);
+  ASSERT_EQ(Access::Columns(ring), 3);
+  ASSERT_EQ(Access::Peak(ring), 3);
+  ASSERT_EQ(Access::PeakBeforeWrite(ring), 2);
+  ASSERT_EQ(Access::First(ring), 0u);
+  const size_t slots = Access::Slots(ring);
+  ASSERT_GE(slots, 3u);
+  struct Case {
+    void (*corrupt)(ColumnStore&);
+    std::string message;
+  };
+  const auto counters = [](int held, int columns, int peak, int before) {
+    return "counters out of order (held " + std::to_string(held) + ", columns " +
+           std::to_string(columns) + ", peak " + std::to_string(peak) +
+           ", peak before the last write " + std::to_string(before) + ") (ColumnStore invariant 2)";
+  };
+  const auto geometry = [](size_t n, size_t first, int held) {
+    return "inconsistent ring geometry (slots " + std::to_string(n) + ", first " +
+           std::to_string(first) + ", held " + std::to_string(held) + ") (ColumnStore invariant 3)";
+  };
+  const std::vector<Case> ring_cases = {
+      {[](ColumnStore& c) { Access::Held(c) = -1; }, counters(-1, 3, 3, 2)},
+      {[](ColumnStore& c) { Access::Held(c) = 4; }, counters(4, 3, 3, 2)},
+      {[](ColumnStore& c) { Access::Columns(c) = 4; }, counters(3, 4, 3, 2)},
+      {[](ColumnStore& c) { Access::PeakBeforeWrite(c) = -1; }, counters(3, 3, 3, -1)},
+      {[](ColumnStore& c) { Access::PeakBeforeWrite(c) = 4; }, counters(3, 3, 3, 4)},
+      {[](ColumnStore& c) { Access::Slots(c) = 2; }, geometry(2, 0, 3)},
+      {[](ColumnStore& c) { Access::First(c) = Access::Slots(c); }, geometry(slots, slots, 3)},
+      {[](ColumnStore& c) { Access::LastWriteReal(c)[0] = -1; },
+       "row 0: last write larger than what is held (ColumnStore invariant 9)"},
+      {[](ColumnStore& c) { Access::LastWriteReal(c)[0] = 4; },
+       "row 0: last write larger than what is held (ColumnStore invariant 9)"},
+  };
+  for (const Case& k : ring_cases) {
+    RotatingCache c = ring;
+    k.corrupt(c);
+    EXPECT_EQ(c.CheckInvariants().message(), k.message);
+  }
+  // The bounds themselves hold: peak before = peak, last write = held.
+  for (auto fix : {+[](ColumnStore& c) { Access::PeakBeforeWrite(c) = 3; },
+                   +[](ColumnStore& c) { Access::LastWriteReal(c)[0] = 3; }}) {
+    RotatingCache c = ring;
+    fix(c);
+    EXPECT_TRUE(c.CheckInvariants().ok()) << c.CheckInvariants().message();
+  }
+
+  KvCache plain(1, 1);
+  ASSERT_TRUE(AppendTo(plain, ForwardColumns::Dense(1, 2)).ok());
+  ASSERT_TRUE(plain.CheckInvariants().ok()) << plain.CheckInvariants().message();
+  ASSERT_GT(Access::Slots(plain), 2u);
+  const std::string kPlain = "a plain cache holds every column from slot 0 (ColumnStore invariant 4)";
+  for (auto corrupt : {+[](ColumnStore& c) { Access::First(c) = 1; },
+                       +[](ColumnStore& c) { Access::Held(c) = 1; }}) {
+    KvCache c = plain;
+    corrupt(c);
+    EXPECT_EQ(c.CheckInvariants().message(), kPlain);
+  }
+
+  // No write yet: no slots, so the first slot is 0, and no decode.
+  RotatingCache fresh(1, 1, 2, 4);
+  ASSERT_TRUE(fresh.CheckInvariants().ok()) << fresh.CheckInvariants().message();
+  ASSERT_EQ(Access::Slots(fresh), 0u);
+  RotatingCache first = fresh;
+  Access::First(first) = 1;
+  EXPECT_EQ(first.CheckInvariants().message(), geometry(0, 1, 0));
+  RotatingCache decode = fresh;
+  Access::LastWriteWasDecode(decode) = true;
+  EXPECT_EQ(decode.CheckInvariants().message(),
+            "the last write is a decode, but there is no last write (ColumnStore invariant 9)");
+}
+
 // Dropping rejected tips moves the columns after them down, whole: a pad
 // column that followed the dropped tip lands in the tip's slot with its own
 // keys AND values (written here with values unlike the keys, as a real
@@ -261,6 +351,61 @@ TEST(RecurrentEdges, PerRowListsOfTheWrongLengthAndANegativeColumnCountFail) {
   BatchedSsmCache columns = valid;
   Access::Columns(columns) = -1;
   ExpectError(columns.CheckInvariants(), {"negative column count", "SsmCacheBase invariant 3"});
+}
+
+// Recurrent invariants 3 to 5, each condition alone, named by the whole
+// message: a 2-row recurrent layer after a window (row 0 left-padded: next
+// positions 2 and 3 of 3 columns), then armed (not verified: no round
+// tokens yet), then after a ragged verify window (2 and 1 real tokens:
+// each row's active buffer is the other one than its snapshot, also for a
+// round of one token).
+TEST(RecurrentEdges, EachPositionAndRoundConditionAloneBreaksItsInvariant) {
+  std::unique_ptr<Layout> layout = HybridAfterAWindow(2);
+  ASSERT_NE(layout, nullptr);
+  ASSERT_EQ(layout->config(3).kind, CacheKind::kSsm);
+  const auto ssm = [&]() -> const SsmCacheBase& { return *layout->recurrent(3); };
+  // Runs `corrupt` on a copy of the layer and returns its invariants.
+  const auto broken = [&](const std::function<void(SsmCacheBase&)>& corrupt) {
+    std::unique_ptr<Cache> copy = ssm().Copy();
+    SsmCacheBase& c = const_cast<SsmCacheBase&>(*copy->AsRecurrent());
+    EXPECT_TRUE(c.CheckInvariants().ok()) << c.CheckInvariants().message();
+    corrupt(c);
+    return c.CheckInvariants().message();
+  };
+  const std::string kBuffer = ": bad buffer index or position (SsmCacheBase invariant 3)";
+  ASSERT_EQ(ssm().columns(), 3);
+  ASSERT_EQ(ssm().positions(), (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(broken([](SsmCacheBase& c) { Access::Active(c)[1] = 2; }), "row 1" + kBuffer);
+  EXPECT_EQ(broken([](SsmCacheBase& c) { Access::Next(c)[1] = -1; }), "row 1" + kBuffer);
+  EXPECT_EQ(broken([](SsmCacheBase& c) { Access::Next(c)[0] = 4; }), "row 0" + kBuffer);
+  EXPECT_EQ(broken([](SsmCacheBase& c) { Access::Next(c)[0] = 3; }), "");  // = columns
+  EXPECT_EQ(broken([](SsmCacheBase& c) { Access::Verified(c) = true; }),
+            "verified without a round (SsmCacheBase invariant 4)");
+
+  const std::string kRound = ": bad round state (SsmCacheBase invariant 5)";
+  ASSERT_TRUE(layout->Arm().ok());
+  EXPECT_EQ(broken([](SsmCacheBase& c) { Access::RoundReal(c)[1] = 1; }), "row 1" + kRound);
+  EXPECT_EQ(broken([](SsmCacheBase& c) { Access::Snapshots(c)[0] = 2; }), "row 0" + kRound);
+  ForwardColumns verify = ForwardColumns::Dense(2, 2);
+  verify.right = {0, 1};
+  ASSERT_TRUE(RunForward(*layout, verify).ok());
+  ASSERT_TRUE(layout->CheckInvariants().ok()) << layout->CheckInvariants().message();
+  ASSERT_TRUE(ssm().CheckInvariants().ok()) << ssm().CheckInvariants().message();
+  ASSERT_EQ(ssm().positions(), (std::vector<int32_t>{4, 4}));
+  EXPECT_EQ(broken([](SsmCacheBase& c) { Access::RoundReal(c)[1] = -1; }), "row 1" + kRound);
+  EXPECT_EQ(broken([](SsmCacheBase& c) { Access::RoundReal(c)[0] = 5; }), "row 0" + kRound);
+  EXPECT_EQ(broken([](SsmCacheBase& c) { Access::Snapshots(c)[1] = 2; }), "row 1" + kRound);
+  for (int row = 0; row < 2; ++row) {
+    EXPECT_EQ(broken([row](SsmCacheBase& c) {
+                Access::Active(c)[row] = static_cast<uint8_t>(1 - Access::Active(c)[row]);
+              }),
+              "row " + std::to_string(row) + ": round buffers disagree (SsmCacheBase invariant 5)");
+  }
+  const size_t record = Access::Records(const_cast<SsmCacheBase&>(ssm()))[1].size();
+  ASSERT_GT(record, 0u);
+  EXPECT_EQ(broken([](SsmCacheBase& c) { Access::Records(c)[1].push_back(0.0f); }),
+            "row 1's round record holds " + std::to_string(record + 1) + " values, " +
+                std::to_string(record) + " expected (SsmCacheBase invariant 5)");
 }
 
 // ------------------------------------------------------------ layout
