@@ -940,6 +940,63 @@ TEST(TraceRunnerLimits, CreatingTheLayersCostsTheirStorageExactly) {
   }
 }
 
+// A recurrent forward's memory, exactly (README: the layout's storage and
+// the storage it grows to, held at once; the inputs x [C], gate and beta
+// [Hv] and outputs y [Hv x dv] of every column, pads included; the
+// read-back of each real token's outputs, a float and its 16-byte text
+// each; and, in an armed round, the round records of the real tokens: per
+// token C + 2 Hk dk + Hv dv + Hv dk + Hv floats). Hv = 2, Hk = 1, dk = 4,
+// dv = 3, K = 4 (C = 14), 2 rows, a window of 3 columns with 3 + 2 real
+// tokens.
+TEST(TraceRunnerLimits, ARecurrentForwardCostsItsStateInputsOutputsAndRecords) {
+  LayerConfig s;
+  s.name = "s";
+  s.kind = CacheKind::kSsm;
+  s.heads = 2;
+  s.kheads = 1;
+  s.dk = 4;
+  s.dv = 3;
+  s.conv = 4;
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(2, {s}, &layout).ok());
+  const uint64_t held = layout->allocatedBytes();
+  ASSERT_EQ(layout->BytesAfterForward(3), held);  // a recurrent state does not grow
+  const std::string header =
+      "trace 1\nrows 2\nlayer s ssm heads=2 kheads=1 dk=4 dv=3 conv=4\n";
+  const uint64_t io = 2 * 3 * (14 + 2 + 2 + 2 * 3) * sizeof(float);
+  const uint64_t read_back = 5 * 2 * 3 * (sizeof(float) + 16);
+  const uint64_t records = 5 * (14 + 2 * 4 + 2 * 3 + 2 * 4 + 2) * sizeof(float);
+  EXPECT_EQ(SmallestBudget(header + "window 3 right=0,1\n"), 2 * held + io + read_back);
+  ASSERT_TRUE(layout->Arm().ok());
+  ASSERT_EQ(layout->allocatedBytes(), held);
+  EXPECT_EQ(SmallestBudget(header + "arm\nwindow 3 right=0,1\n"),
+            2 * held + io + read_back + records);
+}
+
+// The same for an attention forward: the storage it grows to (a plain
+// cache of 1 head of dim 4 grows to 16 slots of K, V and a position), its
+// inputs k and v (and q and o when outputs are observed: Hq = 2), the
+// read-back (per seen pair a Tag and its 24-byte text; per query, when
+// observed, its Hq x D outputs, a float and its 16-byte text each) and the
+// content index's 64 bytes per new token. One window of 3 tokens: 6 pairs.
+TEST(TraceRunnerLimits, AnAttentionForwardCostsItsStorageInputsReadBackAndIndex) {
+  const std::string text = "trace 1\nrows 1\nlayer a kv heads=1 qheads=2 dim=4\nwindow 3\n";
+  const uint64_t storage = 16 * (2 * 4 * sizeof(float) + sizeof(int32_t));
+  const uint64_t pairs = 1 + 2 + 3, index = 3 * 64;
+  const uint64_t tags = pairs * (sizeof(trace::Tag) + 24);
+  const uint64_t appended = 2 * 3 * 1 * 4 * sizeof(float);  // k and v
+  const uint64_t observed = 2 * 3 * 2 * 4 * sizeof(float) + 3 * 2 * 4 * (sizeof(float) + 16);
+  const auto smallest = [&](bool values) {
+    return SmallestPassingLimit(text, 1, uint64_t{1} << 24,
+                                [values](trace::RunOptions* o, uint64_t limit) {
+                                  o->max_bytes = static_cast<size_t>(limit);
+                                  o->values = values;
+                                });
+  };
+  EXPECT_EQ(smallest(false), storage + appended + tags + index);
+  EXPECT_EQ(smallest(true), storage + appended + observed + tags + index);
+}
+
 // The work limit names the work in whole millions, rounded down: a trace
 // whose work is 5,999,996 operations (by the figures above: 422 tokens of
 // 1 head of dim 32 in one window, 422 slots of 260 bytes) needs "5 M".
