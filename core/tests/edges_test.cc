@@ -6,6 +6,7 @@
 // and changes nothing; the boundary values just inside are accepted.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -39,6 +40,7 @@ struct InvariantsTestAccess {
   static std::vector<int32_t>& Next(ColumnStore& c) { return c.next_; }
   static std::vector<int64_t>& HeldPads(ColumnStore& c) { return c.held_pads_; }
   static int64_t& Columns(ColumnStore& c) { return c.columns_; }
+  static std::vector<int32_t>& SlotPositions(ColumnStore& c) { return c.slot_pos_; }
   static int64_t& Peak(ColumnStore& c) { return c.peak_; }
   static int64_t& PeakBeforeWrite(ColumnStore& c) { return c.peak_before_write_; }
   static std::vector<int32_t>& LastWriteReal(ColumnStore& c) { return c.last_write_real_; }
@@ -240,6 +242,30 @@ TEST(ColumnStoreEdges, EachCounterAndGeometryConditionAloneBreaksItsInvariant) {
     corrupt(c);
     EXPECT_EQ(c.CheckInvariants().message(), kPlain);
   }
+
+  // Invariant 8, each condition alone: a plain cache missing its oldest
+  // token (1 of the 2 it needs, the newest in place), and a wrapped ring
+  // (window 2, capacity 2, after 4 decodes: it needs the newest token only)
+  // missing its newest token while holding as many as it needs.
+  KvCache oldest = plain;
+  std::vector<int32_t>& plain_pos = Access::SlotPositions(oldest);
+  ASSERT_EQ(plain_pos[0], 0);
+  plain_pos[0] = -1;
+  EXPECT_EQ(oldest.CheckInvariants().message(),
+            "row 0 holds 1 of the tokens it needs (ColumnStore invariant 8)");
+  RotatingCache wrapped(1, 1, 2, 2);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(AppendTo(wrapped, ForwardColumns::Dense(1, 1)).ok());
+  ASSERT_TRUE(wrapped.CheckInvariants().ok()) << wrapped.CheckInvariants().message();
+  std::vector<int32_t>& ring_pos = Access::SlotPositions(wrapped);
+  const auto newest = std::find(ring_pos.begin(), ring_pos.end(), 3);
+  ASSERT_NE(newest, ring_pos.end());
+  ASSERT_NE(std::find(ring_pos.begin(), ring_pos.end(), 2), ring_pos.end());
+  *newest = -1;
+  Access::HeldPads(wrapped)[0] += 1;
+  const auto real = std::count_if(ring_pos.begin(), ring_pos.end(), [](int32_t p) { return p >= 0; });
+  ASSERT_GE(real, 1);  // as many as it needs, or more
+  EXPECT_EQ(wrapped.CheckInvariants().message(),
+            "row 0 holds " + std::to_string(real) + " of the tokens it needs (ColumnStore invariant 8)");
 
   // No write yet: no slots, so the first slot is 0, and no decode.
   RotatingCache fresh(1, 1, 2, 4);
