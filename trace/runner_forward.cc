@@ -3,6 +3,7 @@
 // recovered from the bytes stored in the slots its mask admits.
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ void Runner::ReleaseLargeBuffers() {
     for (const std::vector<float>& b : *per_layer) bytes += b.capacity() * sizeof(float);
   }
   if (bytes > kKept) buffers_ = ForwardBuffers();
+  size_t tag_bytes = 0;
+  for (const auto& row : slot_tags_) tag_bytes += row.capacity() * sizeof(row[0]);
+  if (tag_bytes > kKept) slot_tags_ = SlotTags::Rows();
   if (lines_.sees.capacity() > kKept) std::string().swap(lines_.sees);
   if (lines_.outs.capacity() > kKept) std::string().swap(lines_.outs);
 }
@@ -212,8 +216,8 @@ LastForward Runner::ReadBack(const ForwardColumns& cols, const std::vector<int32
     const Mask* mask = cache ? layout.LastMask(l) : nullptr;
     const KvView view = cache ? cache->View() : KvView();
     // Each slot's tag is recovered once per forward, not once per query.
-    std::unique_ptr<SlotTags> tags;
-    if (cache) tags = std::make_unique<SlotTags>(index_, static_cast<int>(l), view, *mask);
+    std::optional<SlotTags> tags;
+    if (cache) tags.emplace(index_, static_cast<int>(l), view, *mask, &slot_tags_);
     // Values per query (attention: all heads' o) or token (recurrent: y).
     const size_t per = cache ? static_cast<size_t>(d.QueryHeads()) * d.dim
                              : static_cast<size_t>(d.heads) * d.dv;

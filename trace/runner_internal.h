@@ -144,7 +144,7 @@ class Runner {
                        const ForwardBuffers& buffers);
   LastForward ReadBack(const ForwardColumns& cols, const std::vector<int32_t>& before,
                        const ForwardBuffers& buffers, ForwardLines* lines);
-  // Frees buffers_ and lines_ when they hold more than a MiB.
+  // Frees buffers_, lines_ and slot_tags_ when they hold more than a MiB.
   void ReleaseLargeBuffers();
 
   // runner_expect.cc
@@ -193,6 +193,7 @@ class Runner {
   // sizes change, their allocations mostly do not).
   ForwardBuffers buffers_;
   ForwardLines lines_;  // the same for a forward's lines
+  SlotTags::Rows slot_tags_;  // and for the read-back's SlotTags
   std::map<int, std::vector<std::string>> emit_after_;  // --emit: line -> lines
 };
 
