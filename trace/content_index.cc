@@ -153,8 +153,13 @@ void SlotTags::Seen(int row, int32_t query, std::vector<Tag>* seen) {
       // A slot without a position is admitted by no query.
       if (pos[slot] >= 0) sorted.emplace_back(index_.Recover(layer_, view_, row, slot), slot);
     }
-    std::stable_sort(sorted.begin(), sorted.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    // By tag, equal tags in slot order (what a stable sort by tag of this
+    // slot-ordered list gives, without its temporary buffer).
+    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+      if (a.first < b.first) return true;
+      if (b.first < a.first) return false;
+      return a.second < b.second;
+    });
   }
   seen->clear();
   seen->reserve(sorted.size());  // one allocation: at most every slot is admitted

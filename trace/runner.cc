@@ -26,6 +26,7 @@ Runner::Runner(const Program& program, const RunOptions& options, std::ostream& 
                                               ? std::get<ExpectError>(s->operation).inner.get()
                                               : nullptr) {
       if (s->op() == Op::kExpectSees) keep_sees_ = true;
+      if (s->op() == Op::kExpectOut) keep_outs_ = true;
     }
   }
   if (opt_.emit) {

@@ -109,9 +109,20 @@ class ContentIndex {
 // Holds pointers into `index`, `view` and `mask`: use it before they change.
 class SlotTags {
  public:
-  SlotTags(const ContentIndex& index, int layer, const KvView& view, const Mask& mask)
+  // Per row: (tag, slot) of every slot holding a position, sorted by tag.
+  using Rows = std::vector<std::vector<std::pair<Tag, int32_t>>>;
+  // `storage`, when given, holds the rows instead of this object: its
+  // vectors are cleared and their allocations reused (the runner keeps one
+  // for all its forwards). It must outlive this object.
+  SlotTags(const ContentIndex& index, int layer, const KvView& view, const Mask& mask,
+           Rows* storage = nullptr)
       : index_(index), layer_(layer), view_(view), mask_(mask),
-        by_tag_(static_cast<size_t>(mask.rows)) {}
+        by_tag_(storage ? *storage : own_) {
+    for (auto& row : by_tag_) row.clear();
+    by_tag_.resize(static_cast<size_t>(mask.rows));
+  }
+  SlotTags(const SlotTags&) = delete;
+  SlotTags& operator=(const SlotTags&) = delete;
   // The sorted tags of the slots the mask admits for (row, query).
   std::vector<Tag> Seen(int row, int32_t query);
   // The same into *seen (cleared first; its storage is reused).
@@ -122,9 +133,9 @@ class SlotTags {
   int layer_;
   KvView view_;
   const Mask& mask_;
-  // Per row, once asked: (tag, slot) of every slot holding a position,
-  // sorted by tag.
-  std::vector<std::vector<std::pair<Tag, int32_t>>> by_tag_;
+  Rows own_;
+  // Per row, once asked (empty before): own_ or the caller's storage.
+  Rows& by_tag_;
 };
 
 struct RunOptions {

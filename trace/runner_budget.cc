@@ -84,7 +84,7 @@ uint64_t LastBytes(const LastForward& last) {
   uint64_t bytes = 0;
   for (const auto& entry : last.sees) bytes += 64 + entry.second.size() * sizeof(Tag);
   for (const auto& entry : last.outs) bytes += 64 + entry.second.size() * kF;
-  return bytes;
+  return bytes + last.unkept_out_bytes;
 }
 
 uint64_t Runner::HeldBytes() const {

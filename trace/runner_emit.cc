@@ -92,7 +92,8 @@ void Runner::EmitAfter(const Statement& st, std::string line) {
 }
 
 void Runner::EmitPositions(const Statement& st) {
-  EmitAfter(st, "expect positions " + JoinInts(Cur().positions()));
+  // Built only when it is emitted (this runs after every forward).
+  if (opt_.emit && top_level_) EmitAfter(st, "expect positions " + JoinInts(Cur().positions()));
 }
 
 void Runner::PrintStates() {
@@ -109,19 +110,28 @@ void Runner::PrintStates() {
   }
 }
 
+// Calls f(line) for each '\n'-ended line of `text`, without its '\n'.
+template <class F>
+static void ForEachLine(const std::string& text, F&& f) {
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = text.find('\n', at);
+    f(text.substr(at, end - at));
+    at = end + 1;
+  }
+}
+
 // A forward's lines: `sees` lines, `out` lines (with --values), the states,
 // and for --emit the matching expectations after its statement.
 void Runner::PrintForward(const Statement& st, const ForwardLines& lines) {
-  // The `expect` lines are built only when they are emitted.
-  const bool emitting = opt_.emit && top_level_;
-  for (const std::string& line : lines.sees) {
-    Print(line);
-    if (emitting) EmitAfter(st, "expect " + line);
-  }
-  if (opt_.values) {
-    for (const std::string& line : lines.outs) {
-      Print(line);
-      if (emitting) EmitAfter(st, "expect " + line);
+  if (!opt_.emit) {
+    // What Print prints for each line: the line and its '\n'.
+    out_ << lines.sees;
+    if (opt_.values) out_ << lines.outs;
+  } else if (top_level_) {
+    // The `expect` lines are built only when they are emitted.
+    ForEachLine(lines.sees, [&](std::string line) { EmitAfter(st, "expect " + line); });
+    if (opt_.values) {
+      ForEachLine(lines.outs, [&](std::string line) { EmitAfter(st, "expect " + line); });
     }
   }
   PrintStates();

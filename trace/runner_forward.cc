@@ -3,6 +3,7 @@
 // recovered from the bytes stored in the slots its mask admits.
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,18 +21,40 @@ Outcome Runner::Forward(const Statement& st, const WindowOp& w, bool decode) {
   if (Outcome o = TokenIds(w, cols, before, &ids); o.code) return o;
   if (Outcome o = ForwardBudget(cols); o.code) return o;
 
-  ForwardBuffers buffers;
-  FillInputs(cols, before, ids, &buffers);
-  Status s = layout.Forward(cols, buffers.io);
-  if (!s.ok()) return Outcome::Refused(s.message());
+  // The buffers and lines are the runner's, reused: nothing else runs
+  // between here and the end of this function (`expect error` runs its
+  // operation through here too, one at a time).
+  // Large ones are freed after the forward (ReleaseLargeBuffers), as they
+  // were when each forward had its own: the budget does not count them.
+  FillInputs(cols, before, ids, &buffers_);
+  Status s = layout.Forward(cols, buffers_.io);
+  if (!s.ok()) {
+    ReleaseLargeBuffers();
+    return Outcome::Refused(s.message());
+  }
 
   // Remember what was written, then read back what every query saw.
-  RememberWritten(cols, before, ids, buffers);
-  ForwardLines lines;
-  LastForward last = ReadBack(cols, before, buffers, &lines);
+  RememberWritten(cols, before, ids, buffers_);
+  LastForward last = ReadBack(cols, before, buffers_, &lines_);
   Last() = std::move(last);
-  PrintForward(st, lines);
+  PrintForward(st, lines_);
+  ReleaseLargeBuffers();
   return {};
+}
+
+void Runner::ReleaseLargeBuffers() {
+  constexpr size_t kKept = size_t{1} << 20;  // bytes
+  size_t bytes = 0;
+  for (const auto* per_layer : {&buffers_.q, &buffers_.k, &buffers_.v, &buffers_.o, &buffers_.x,
+                                &buffers_.gate, &buffers_.beta}) {
+    for (const std::vector<float>& b : *per_layer) bytes += b.capacity() * sizeof(float);
+  }
+  if (bytes > kKept) buffers_ = ForwardBuffers();
+  size_t tag_bytes = 0;
+  for (const auto& row : slot_tags_) tag_bytes += row.capacity() * sizeof(row[0]);
+  if (tag_bytes > kKept) slot_tags_ = SlotTags::Rows();
+  if (lines_.sees.capacity() > kKept) std::string().swap(lines_.sees);
+  if (lines_.outs.capacity() > kKept) std::string().swap(lines_.outs);
 }
 
 // The forward's columns: L (1 for a decode) with the given paddings, as the
@@ -134,19 +157,18 @@ void Runner::FillInputs(const ForwardColumns& cols, const std::vector<int32_t>& 
     const size_t hd = static_cast<size_t>(d.heads) * d.dim;
     const size_t qd = static_cast<size_t>(d.QueryHeads()) * d.dim;
     const size_t n = static_cast<size_t>(rows) * L;
-    std::vector<float> q_unused;
     if (opt_.values) {
       b.q[l].assign(n * qd, PadValue());
       b.o[l].assign(n * qd, 0.0f);
     } else {
-      q_unused.resize(qd);
+      b.q[l].resize(qd);  // one token's q, written and not read
     }
     b.k[l].assign(n * hd, PadValue());
     b.v[l].assign(n * hd, PadValue());
     for (int r = 0; r < rows; ++r) {
       for (int32_t j = 0; j < cols.Real(r); ++j) {
         const size_t c = r * L + static_cast<size_t>(cols.left[r] + j);
-        float* q = opt_.values ? &b.q[l][c * qd] : q_unused.data();
+        float* q = opt_.values ? &b.q[l][c * qd] : b.q[l].data();
         AttentionToken(static_cast<int>(l), ids[r][j], before[r] + j, d.QueryHeads(), d.heads,
                        d.dim, q, &b.k[l][c * hd], &b.v[l][c * hd]);
       }
@@ -184,10 +206,8 @@ LastForward Runner::ReadBack(const ForwardColumns& cols, const std::vector<int32
   const size_t L = static_cast<size_t>(cols.columns);
   LastForward last;
   last.valid = true;
-  size_t queries = 0;
-  for (int r = 0; r < layout.rows(); ++r) queries += static_cast<size_t>(cols.Real(r));
-  lines->sees.reserve(queries * layout.size());
-  if (opt_.values) lines->outs.reserve(queries * layout.size());
+  lines->sees.clear();
+  lines->outs.clear();
   std::string head;
   std::vector<Tag> seen;
   for (size_t l = 0; l < layout.size(); ++l) {
@@ -196,8 +216,8 @@ LastForward Runner::ReadBack(const ForwardColumns& cols, const std::vector<int32
     const Mask* mask = cache ? layout.LastMask(l) : nullptr;
     const KvView view = cache ? cache->View() : KvView();
     // Each slot's tag is recovered once per forward, not once per query.
-    std::unique_ptr<SlotTags> tags;
-    if (cache) tags = std::make_unique<SlotTags>(index_, static_cast<int>(l), view, *mask);
+    std::optional<SlotTags> tags;
+    if (cache) tags.emplace(index_, static_cast<int>(l), view, *mask, &slot_tags_);
     // Values per query (attention: all heads' o) or token (recurrent: y).
     const size_t per = cache ? static_cast<size_t>(d.QueryHeads()) * d.dim
                              : static_cast<size_t>(d.heads) * d.dv;
@@ -215,27 +235,29 @@ LastForward Runner::ReadBack(const ForwardColumns& cols, const std::vector<int32
         const QueryKey key{static_cast<int>(l), r, pos};
         if (cache) {
           tags->Seen(r, col, &seen);  // reused unless kept
-          std::string line;
-          line.reserve(5 + head.size() + 8 * seen.size());
+          std::string& line = lines->sees;
           line += "sees ";
           line += head;
           AppendTags(&line, seen);
-          lines->sees.push_back(std::move(line));
+          line += '\n';
           if (keep_sees_) last.sees[key] = std::move(seen);
         }
         if (cache && !opt_.values) continue;  // no attention outputs computed
         const float* ov = &buffers.o[l][(r * L + static_cast<size_t>(col)) * per];
-        last.outs[key].assign(ov, ov + per);
+        if (keep_outs_) {
+          last.outs[key].assign(ov, ov + per);
+        } else {
+          last.unkept_out_bytes += 64 + per * sizeof(float);  // as LastBytes counts a kept one
+        }
         if (!opt_.values) continue;  // `out` lines are printed only with values
-        std::string line;
-        line.reserve(4 + head.size() + 16 * per);
+        std::string& line = lines->outs;
         line += "out ";
         line += head;
         for (size_t i = 0; i < per; ++i) {
           line += ' ';
           AppendValue(&line, ov[i]);
         }
-        lines->outs.push_back(std::move(line));
+        line += '\n';
       }
     }
   }

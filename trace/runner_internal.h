@@ -35,6 +35,10 @@ struct LastForward {
   bool valid = false;
   std::map<QueryKey, std::vector<Tag>> sees;
   std::map<QueryKey, std::vector<float>> outs;
+  // What `outs` would hold when no `expect out` reads them and they are not
+  // kept (Runner::keep_outs_): the memory budget counts them all the same
+  // (runner_budget.cc), so a run stops at the same limit either way.
+  uint64_t unkept_out_bytes = 0;
 };
 
 struct NamedLayout {
@@ -57,9 +61,11 @@ struct ForwardBuffers {
   std::vector<AttentionIO> io;
 };
 
-// The lines a forward prints, in order.
+// The lines a forward prints, in order, each ended by '\n': the `sees`
+// lines, then the `out` lines (one string each, not one per line: this runs
+// for every query).
 struct ForwardLines {
-  std::vector<std::string> sees, outs;
+  std::string sees, outs;
 };
 
 // "%.9g" of v: what `out` lines print.
@@ -138,6 +144,8 @@ class Runner {
                        const ForwardBuffers& buffers);
   LastForward ReadBack(const ForwardColumns& cols, const std::vector<int32_t>& before,
                        const ForwardBuffers& buffers, ForwardLines* lines);
+  // Frees buffers_, lines_ and slot_tags_ when they hold more than a MiB.
+  void ReleaseLargeBuffers();
 
   // runner_expect.cc
   Outcome CheckSees(const Statement& st, const ExpectSees& e);
@@ -178,6 +186,14 @@ class Runner {
   // Whether any `expect sees` reads a last forward: otherwise the visible
   // sets are printed but not kept.
   bool keep_sees_ = false;
+  // The same for `expect out` and the outputs (counted, not kept, when
+  // nothing reads them: LastForward::unkept_out_bytes).
+  bool keep_outs_ = false;
+  // One forward's inputs and outputs, reused from forward to forward (their
+  // sizes change, their allocations mostly do not).
+  ForwardBuffers buffers_;
+  ForwardLines lines_;  // the same for a forward's lines
+  SlotTags::Rows slot_tags_;  // and for the read-back's SlotTags
   std::map<int, std::vector<std::string>> emit_after_;  // --emit: line -> lines
 };
 

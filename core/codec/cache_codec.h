@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -47,6 +48,10 @@ class CacheCodec {
   // Any cache with its magic, version and kind, the reader left after it:
   // codec.cc.
   static Status DecodeCacheFrom(Reader& r, std::unique_ptr<Cache>* out);
+  // What EncodeCache writes, appended to *bytes (EncodeLayout writes each
+  // layer's cache in place, not through a string of its own): codec.cc.
+  // On a refusal *bytes may hold part of it.
+  static Status EncodeCacheTo(const Cache& cache, std::string* bytes);
 
   // Layouts: layout_codec.cc.
   static void EncodeLayoutState(const Layout& l, Writer& w);

@@ -19,27 +19,32 @@ bool HasCodec(std::string_view kind) {
   return IsPlainKvCache(kind) || IsRotatingCache(kind) || IsRecurrentCache(kind);
 }
 
+Status CacheCodec::EncodeCacheTo(const Cache& cache, std::string* bytes) {
+  const std::string kind = cache.kind();
+  if (!HasCodec(kind)) return Status::Error("no codec for cache kind '" + kind + "'");
+  const auto* store = cache.AsColumnStore();
+  const auto* ssm = cache.AsRecurrent();
+  if (IsRecurrentCache(kind) ? !ssm : !store) {
+    return Status::Error("cache of kind '" + kind + "' is not what its kind says");
+  }
+  Writer w(bytes);
+  w.Raw(kCacheMagic, 4);
+  w.Value<uint32_t>(kCodecVersion);
+  w.String(kind);
+  if (ssm) {
+    EncodeSsm(*ssm, w);
+  } else {
+    EncodeColumns(*store, w);
+  }
+  return Status::Ok();
+}
+
 Status EncodeCache(const Cache& cache, std::string* out) {
   return RefuseOnAllocationFailure("EncodeCache", [&]() -> Status {
-    const std::string kind = cache.kind();
-    if (!HasCodec(kind)) return Status::Error("no codec for cache kind '" + kind + "'");
-    const auto* store = cache.AsColumnStore();
-    const auto* ssm = cache.AsRecurrent();
-    if (IsRecurrentCache(kind) ? !ssm : !store) {
-      return Status::Error("cache of kind '" + kind + "' is not what its kind says");
-    }
     std::string bytes;
     // One allocation, not one per doubling (a hint: storage plus headers).
     bytes.reserve(cache.allocatedBytes() + 256 + 16 * static_cast<size_t>(cache.rows()));
-    Writer w(&bytes);
-    w.Raw(kCacheMagic, 4);
-    w.Value<uint32_t>(kCodecVersion);
-    w.String(kind);
-    if (ssm) {
-      CacheCodec::EncodeSsm(*ssm, w);
-    } else {
-      CacheCodec::EncodeColumns(*store, w);
-    }
+    KVSPEC_RETURN_IF_ERROR(CacheCodec::EncodeCacheTo(cache, &bytes));
     out->swap(bytes);
     return Status::Ok();
   });

@@ -114,10 +114,13 @@ Status EncodeLayout(const Layout& layout, std::string* out) {
     w.Value<uint32_t>(static_cast<uint32_t>(layout.size()));
     for (size_t i = 0; i < layout.size(); ++i) {
       WriteLayerConfig(CacheCodec::Configs(layout)[i], w);
-      std::string cache;
-      KVSPEC_RETURN_IF_ERROR(EncodeCache(layout.cache(i), &cache));
-      w.Value<uint64_t>(cache.size());
-      w.Raw(cache.data(), cache.size());
+      // The cache's length, then the cache (EncodeCache's bytes) written in
+      // place; the length is filled in after it.
+      const size_t at = bytes.size();
+      w.Value<uint64_t>(0);
+      KVSPEC_RETURN_IF_ERROR(CacheCodec::EncodeCacheTo(layout.cache(i), &bytes));
+      const uint64_t length = bytes.size() - at - sizeof(uint64_t);
+      std::memcpy(&bytes[at], &length, sizeof(length));  // little-endian, as Writer::Value
     }
     CacheCodec::EncodeLayoutState(layout, w);
     out->swap(bytes);
