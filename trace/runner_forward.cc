@@ -241,6 +241,14 @@ LastForward Runner::ReadBack(const ForwardColumns& cols, const std::vector<int32
           AppendTags(&line, seen);
           line += '\n';
           if (keep_sees_) last.sees[key] = std::move(seen);
+          // Printed as they come once they pass 1 MiB: the `sees` lines are
+          // printed first, in this order, whatever follows (PrintForward
+          // prints the rest), and the text of a large read-back is not all
+          // held at once.
+          if (!opt_.emit && line.size() > (size_t{1} << 20)) {
+            out_ << line;
+            line.clear();
+          }
         }
         if (cache && !opt_.values) continue;  // no attention outputs computed
         const float* ov = &buffers.o[l][(r * L + static_cast<size_t>(col)) * per];
