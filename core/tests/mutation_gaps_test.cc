@@ -619,6 +619,56 @@ TEST(LayoutTrims, BypassTrimRightAfterADecodeIsRefusedByTheLayout) {
   EXPECT_EQ(layout->positions(), (std::vector<int32_t>{5, 5}));
 }
 
+// A filter, a join and an extract change the rows, and what a bypass trim
+// may take is a bound per row of the last window: each leaves no bypass
+// bound (its encoding equals the one with the bound forgotten), and the
+// layout itself refuses a bypass trim after it, with its own message,
+// changing nothing (the caches would refuse it too, with another message).
+TEST(LayoutTrims, RowChangesLeaveNoBypassBound) {
+  LayerConfig kv;
+  kv.name = "a";
+  const auto x = Filled(2 * 3 * 4, 0.5f);
+  const AttentionIO io(x.data(), x.data(), x.data(), nullptr);
+  const auto windowed = [&]() {
+    std::unique_ptr<Layout> layout;
+    EXPECT_TRUE(Layout::Create(2, {kv}, &layout).ok());
+    EXPECT_TRUE(layout->Forward(ForwardColumns::Dense(2, 3), {io}).ok());
+    return layout;
+  };
+  const auto check = [](Layout& layout, const char* after) {
+    std::string encoded, forgotten;
+    ASSERT_TRUE(EncodeLayout(layout, &encoded).ok()) << after;
+    std::unique_ptr<Layout> copy = layout.Copy();
+    copy->ForgetBypassBound();
+    ASSERT_TRUE(EncodeLayout(*copy, &forgotten).ok()) << after;
+    EXPECT_TRUE(encoded == forgotten) << after << " left a bypass bound";
+    const uint64_t before = layout.StateHash();
+    const Status s = layout.Trim(1, /*bypass=*/true);
+    EXPECT_FALSE(s.ok()) << "trim 1 bypass after " << after;
+    EXPECT_EQ(s.message(), "trim bypass is only valid right after a window") << after;
+    EXPECT_EQ(layout.StateHash(), before) << after;
+  };
+  {
+    std::unique_ptr<Layout> layout = windowed();
+    ASSERT_TRUE(layout->Filter({1}).ok());
+    check(*layout, "a filter");
+  }
+  {
+    std::unique_ptr<Layout> layout = windowed(), other = windowed();
+    ASSERT_TRUE(layout->Join(*other).ok());
+    check(*layout, "a join");
+  }
+  {
+    std::unique_ptr<Layout> layout = windowed(), row;
+    ASSERT_TRUE(layout->Extract(0, &row).ok());
+    check(*row, "an extract");
+  }
+  // Right after a window the bound is there, and the same trim is taken.
+  std::unique_ptr<Layout> layout = windowed();
+  EXPECT_TRUE(layout->Trim(1, /*bypass=*/true).ok());
+  EXPECT_EQ(layout->positions(), (std::vector<int32_t>{2, 2}));
+}
+
 // Layouts join only with the same layer list: a layer of another head dim
 // is named as the difference.
 TEST(LayoutJoin, ALayerOfAnotherDimIsRefusedByName) {
