@@ -358,18 +358,18 @@ TEST_P(AttentionTargets, ChunkedDecodeIsBitIdenticalOnAnyThreadCount) {
   EXPECT_GE(split, 10);
 }
 
-// Flash-decoding merges the chunks' partials scaled by exp(chunk max -
-// overall max), the overall max taken over every chunk: a decode whose
-// scores rise across 4 chunks (score of slot t = t, so the last chunk's
-// maximum exceeds the first two chunks' by 128, past exp's float range)
-// stays finite and within the tolerance of the reference, on any pool.
-TEST_P(AttentionTargets, ChunkedDecodeWithScoresRisingAcrossChunks) {
+// A decode of one query over 4 chunks of kAttendChunkMultiple slots, one
+// head of dim 4, where slot t's score (q.k / sqrt(dim)) is score(t): with
+// flash-decoding (chunk kAttendChunkMultiple) on no pool and on 2 threads,
+// the output is finite and within the tolerance of the reference.
+template <class Score>
+void ExpectChunkedDecodeNearReference(const Score& score, const std::string& what) {
   constexpr int32_t kSlots = 4 * kAttendChunkMultiple;
   constexpr int kDim = 4;
   std::vector<float> k(kSlots * kDim, 0.0f), v(kSlots * kDim), q = {32.0f, 0.0f, 0.0f, 0.0f};
   std::vector<int32_t> pos(kSlots);
   for (int32_t t = 0; t < kSlots; ++t) {
-    k[t * kDim] = static_cast<float>(t) / 16.0f;  // q.k / sqrt(dim) = t
+    k[t * kDim] = static_cast<float>(score(t)) / 16.0f;  // q.k / sqrt(dim) = score(t)
     for (int i = 0; i < kDim; ++i) v[t * kDim + i] = static_cast<float>((t * (i + 3)) % 11) - 5.0f;
     pos[t] = t;
   }
@@ -400,11 +400,31 @@ TEST_P(AttentionTargets, ChunkedDecodeWithScoresRisingAcrossChunks) {
     std::vector<float> out(kDim, 7.0f);
     AttendWith(q.data(), 1, kv, mask, out.data(), options);
     for (int i = 0; i < kDim; ++i) {
-      EXPECT_TRUE(std::isfinite(out[i])) << "target " << AttentionTargetName() << " lane " << i;
+      EXPECT_TRUE(std::isfinite(out[i]))
+          << "target " << AttentionTargetName() << " " << what << " lane " << i;
       EXPECT_LE(std::fabs(out[i] - expected[i]), kAttentionTolerance * (1 + std::fabs(expected[i])))
-          << "target " << AttentionTargetName() << " lane " << i << ": expected " << expected[i]
-          << ", actual " << out[i];
+          << "target " << AttentionTargetName() << " " << what << " lane " << i << ": expected "
+          << expected[i] << ", actual " << out[i];
     }
+  }
+}
+
+// Flash-decoding merges the chunks' partials scaled by exp(chunk max -
+// overall max), the overall max taken over every chunk: a decode whose
+// scores rise across 4 chunks (score of slot t = t, so the last chunk's
+// maximum exceeds the first two chunks' by 128, past exp's float range)
+// stays finite and within the tolerance of the reference, on any pool.
+TEST_P(AttentionTargets, ChunkedDecodeWithScoresRisingAcrossChunks) {
+  ExpectChunkedDecodeNearReference([](int32_t t) { return t; }, "rising scores");
+}
+
+// The same with the largest scores in any one of the 4 chunks (200 above
+// the others', past exp's float range), whichever chunk holds them.
+TEST_P(AttentionTargets, ChunkedDecodeWithTheLargestScoresInAnyOneChunk) {
+  for (int32_t peak = 0; peak < 4; ++peak) {
+    ExpectChunkedDecodeNearReference(
+        [peak](int32_t t) { return (t / kAttendChunkMultiple == peak ? 200 : 0) + t % 61; },
+        "largest scores in chunk " + std::to_string(peak));
   }
 }
 
