@@ -308,6 +308,11 @@ TEST(TraceParseErrorTest, SeesAndOutSyntax) {
                           "expected a decimal number"));
   EXPECT_TRUE(BodyFailsAt("expect out s r0 p5: 1e", 1, 22,
                           "expected a decimal number"));
+  // The exponent's digits end at the first non-digit, which is named.
+  EXPECT_TRUE(BodyFailsAt("expect out s r0 p5: 1e5x", 1, 24,
+                          "expected a decimal number"));
+  EXPECT_TRUE(BodyFailsAt("expect out s r0 p5: 2.5E-3q7", 1, 27,
+                          "expected a decimal number"));
   EXPECT_TRUE(BodyFailsAt("expect out s r0 p5: -", 1, 21,
                           "expected a decimal number"));
   EXPECT_TRUE(BodyFailsAt("expect out s r0 p5: .", 1, 21,
