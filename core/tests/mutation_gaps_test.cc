@@ -990,6 +990,19 @@ TEST(TraceRunnerLimits, CreatingTheLayersCostsTheirStorageExactly) {
   }
 }
 
+// A recurrent layer named "s" of the given shape (kheads 0: = heads).
+LayerConfig SsmLayer(int heads, int kheads, int dk, int dv, int conv) {
+  LayerConfig s;
+  s.name = "s";
+  s.kind = CacheKind::kSsm;
+  s.heads = heads;
+  s.kheads = kheads;
+  s.dk = dk;
+  s.dv = dv;
+  s.conv = conv;
+  return s;
+}
+
 // A recurrent forward's memory, exactly (README: the layout's storage and
 // the storage it grows to, held at once; the inputs x [C], gate and beta
 // [Hv] and outputs y [Hv x dv] of every column, pads included; the
@@ -999,14 +1012,7 @@ TEST(TraceRunnerLimits, CreatingTheLayersCostsTheirStorageExactly) {
 // dv = 3, K = 4 (C = 14), 2 rows, a window of 3 columns with 3 + 2 real
 // tokens.
 TEST(TraceRunnerLimits, ARecurrentForwardCostsItsStateInputsOutputsAndRecords) {
-  LayerConfig s;
-  s.name = "s";
-  s.kind = CacheKind::kSsm;
-  s.heads = 2;
-  s.kheads = 1;
-  s.dk = 4;
-  s.dv = 3;
-  s.conv = 4;
+  const LayerConfig s = SsmLayer(/*heads=*/2, /*kheads=*/1, /*dk=*/4, /*dv=*/3, /*conv=*/4);
   std::unique_ptr<Layout> layout;
   ASSERT_TRUE(Layout::Create(2, {s}, &layout).ok());
   const uint64_t held = layout->allocatedBytes();
@@ -1088,13 +1094,7 @@ uint64_t WordHashByDefinition(const std::vector<float>& floats) {
 // its `state` hash still follows the definition, the last float
 // zero-extended into a word of its own.
 TEST(TraceStateHash, OddNumberOfStateFloatsFollowsTheDefinition) {
-  LayerConfig s;
-  s.name = "s";
-  s.kind = CacheKind::kSsm;
-  s.heads = 1;
-  s.dk = 1;
-  s.dv = 1;
-  s.conv = 3;
+  const LayerConfig s = SsmLayer(/*heads=*/1, /*kheads=*/0, /*dk=*/1, /*dv=*/1, /*conv=*/3);
   std::unique_ptr<Layout> layout;
   ASSERT_TRUE(Layout::Create(1, {s}, &layout).ok());
   const size_t C = s.SsmChannels();
