@@ -203,17 +203,26 @@ HWY_INLINE void Scores(const float* HWY_RESTRICT q, int group, int dim, const T*
     const float* qg = q + g * dim;
     float* sg = scores + g * stride;
     size_t j = 0;
-    // Threes, then twos for the rest (a lone slot only when n is 1).
-    const size_t threes = n % 3 == 1 && n > 1 ? n - 4 : n - n % 3;
-    for (; j < threes; j += 3) {
+    // Fours, then a three and a two, a three, or a two for the rest (a lone
+    // slot only when n is 1). 4x4 (16 accumulators) against the 4x3 it
+    // replaced, dim 128 in L1 on a Zen 5 core (AVX3): 0.79-0.85 of the FMA
+    // peak against 0.68-0.76; 4x5 and 4x6 gained nothing more.
+    const size_t fours = n % 4 == 1 && n > 1 ? n - 5 : n - n % 4;
+    for (; j < fours; j += 4) {
+      PrefetchRows(pf, j, std::min(j + 4, npf), row_bytes);
+      ScoreBlock<4, 4>(qg, dim, keys + j, scale, sg + j, stride);
+    }
+    if (j + 3 <= n && (n - j) % 2 == 1) {
       PrefetchRows(pf, j, std::min(j + 3, npf), row_bytes);
       ScoreBlock<4, 3>(qg, dim, keys + j, scale, sg + j, stride);
+      j += 3;
     }
-    for (; j + 2 <= n; j += 2) {
+    if (j + 2 <= n) {
       PrefetchRows(pf, j, std::min(j + 2, npf), row_bytes);
       ScoreBlock<4, 2>(qg, dim, keys + j, scale, sg + j, stride);
+      j += 2;
     }
-    for (; j < n; ++j) ScoreBlock<4, 1>(qg, dim, keys + j, scale, sg + j, stride);
+    if (j < n) ScoreBlock<4, 1>(qg, dim, keys + j, scale, sg + j, stride), ++j;
     PrefetchRows(pf, j, npf, row_bytes);
     npf = 0;  // the other heads read the same rows
   }
