@@ -428,6 +428,135 @@ TEST_P(AttentionTargets, ChunkedDecodeWithTheLargestScoresInAnyOneChunk) {
   }
 }
 
+// Flash-decoding's arithmetic, stated exactly (kernels/attention.h): a
+// split query's output is the merge, in chunk order, of one partial per
+// chunk of `chunk` admitted slots in logical order (its largest score, the
+// sum of exp(score - that), the values weighted by those), and every
+// weighted sum adds its slots in logical order. With every key zero, every
+// score is 0, every weight exp(0) = 1 and every chunk's e_c = exp(0 - 0) =
+// 1, so with n admitted slots the output is exactly, per lane,
+//   chunked (chunk < n):  ((acc_0 + acc_1) + ... + acc_last) / n, where
+//                         acc_c = ((v_a + v_a+1) + ...) over chunk c's slots
+//   one pass (chunk >= n, or 0, or Attend):  (((v_0 + v_1) + v_2) + ...) / n
+// both computed here with float additions. The values are small integers,
+// and 2^24 in some lanes, past which a float addition rounds (to a multiple
+// of 2), so the two differ: lane 0 holds 2^24 at the first admitted slot
+// and 1 at every other, which one pass leaves at 2^24 (2^24 + 1 rounds to
+// even) while the merge adds each later chunk's exact count. A ring
+// (first_slot 37 of 300) with empty slots (NaN, never read) among the held
+// ones, so chunks count admitted slots in logical order; fp32 and bf16
+// (every value here is a bf16); two query heads; no pool and 2 threads.
+TEST_P(AttentionTargets, ChunkedDecodeIsTheInOrderMergeOfInOrderChunkSums) {
+  constexpr int kDim = 20;
+  constexpr int kQueryHeads = 2;
+  constexpr int32_t kSlots = 300, kFirstSlot = 37;
+  constexpr int32_t kChunk = kAttendChunkMultiple;
+  constexpr float kBig = 16777216.0f;  // 2^24
+  Rand r(15);
+  std::vector<float> k(kSlots * kDim, 0.0f), v(kSlots * kDim, NAN);
+  std::vector<int32_t> pos(kSlots, -1);
+  std::vector<int32_t> admitted;  // physical slots, in logical order
+  for (int32_t t = 0; t < kSlots; ++t) {
+    const int32_t s = (kFirstSlot + t) % kSlots;
+    if (r.Int(0, 9) == 0) {  // empty
+      std::fill(k.begin() + s * kDim, k.begin() + (s + 1) * kDim, NAN);
+      continue;
+    }
+    pos[s] = t;
+    admitted.push_back(s);
+  }
+  const size_t n = admitted.size();
+  ASSERT_GT(n, static_cast<size_t>(3 * kChunk));  // at least 4 chunks
+  for (size_t j = 0; j < n; ++j) {
+    float* value = &v[admitted[j] * kDim];
+    for (int i = 0; i < kDim; ++i) value[i] = static_cast<float>(r.Int(0, 16)) - 8.0f;
+    value[0] = j == 0 ? kBig : 1.0f;
+  }
+  for (int i = 1; i < kDim; i += 2) v[admitted[r.Int(0, n - 1)] * kDim + i] = kBig;
+
+  std::vector<float> one_pass, chunked;  // [head][dim]
+  for (int h = 0; h < kQueryHeads; ++h) {
+    for (int i = 0; i < kDim; ++i) {
+      float all = 0.0f, merged = 0.0f, acc = 0.0f;
+      for (size_t j = 0; j < n; ++j) {
+        const float x = v[admitted[j] * kDim + i];
+        all += x;
+        acc += x;
+        if ((j + 1) % kChunk == 0 || j + 1 == n) {
+          merged += acc;
+          acc = 0.0f;
+        }
+      }
+      one_pass.push_back(all / static_cast<float>(n));
+      chunked.push_back(merged / static_cast<float>(n));
+    }
+  }
+  // The input separates the two arithmetics (lane 0, above).
+  ASSERT_NE(one_pass[0], chunked[0]);
+
+  std::vector<uint16_t> k16(k.size()), v16(v.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    k16[i] = FloatToBf16(k[i]);
+    v16[i] = FloatToBf16(v[i]);
+  }
+  std::vector<float> q(kQueryHeads * kDim);
+  r.Fill(&q, -2, 2);
+  Mask mask;
+  mask.window = kNoWindow;
+  mask.rows = mask.queries = 1;
+  mask.slot_pos = pos.data();
+  mask.slot_stride = mask.slots = kSlots;
+  mask.first_slot = kFirstSlot;
+  mask.query_pos = {kSlots};
+  mask.lo = {0};
+  mask.hi = {kSlots};
+  ThreadPool pool(2);
+  for (int bf16 = 0; bf16 < 2; ++bf16) {
+    KvView kv;
+    kv.k = k.data();
+    kv.v = v.data();
+    if (bf16 == 1) {
+      kv.k_bf16 = k16.data();
+      kv.v_bf16 = v16.data();
+    }
+    kv.head_stride = kv.row_stride = static_cast<size_t>(kSlots) * kDim;
+    kv.rows = 1;
+    kv.kv_heads = 1;
+    kv.dim = kDim;
+    kv.slot_pos = pos.data();
+    kv.slot_stride = kv.slots = kSlots;
+    kv.first_slot = kFirstSlot;
+    // The first lane whose bits differ from `want`, as a failure.
+    const auto same_bits = [&](const std::vector<float>& want, const std::vector<float>& got,
+                               const std::string& what) -> ::testing::AssertionResult {
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (std::memcmp(&want[i], &got[i], sizeof(float)) == 0) continue;
+        return ::testing::AssertionFailure()
+               << "target " << AttentionTargetName() << (bf16 == 1 ? " bf16 " : " fp32 ") << what
+               << ", " << n << " admitted slots: head " << i / kDim << " lane " << i % kDim
+               << ": expected " << want[i] << ", actual " << got[i];
+      }
+      return ::testing::AssertionSuccess();
+    };
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      const std::string on = p == nullptr ? " on the calling thread" : " on 2 threads";
+      AttendOptions options;
+      options.pool = p;
+      options.chunk = kChunk;
+      std::vector<float> out(chunked.size(), 7.0f);
+      AttendWith(q.data(), kQueryHeads, kv, mask, out.data(), options);
+      EXPECT_TRUE(same_bits(chunked, out, "chunk " + std::to_string(kChunk) + on));
+      // One chunk holds every admitted slot: the one-pass arithmetic.
+      options.chunk = static_cast<int32_t>((n + kChunk - 1) / kChunk * kChunk);
+      AttendWith(q.data(), kQueryHeads, kv, mask, out.data(), options);
+      EXPECT_TRUE(same_bits(one_pass, out, "chunk " + std::to_string(options.chunk) + on));
+    }
+    std::vector<float> out(one_pass.size(), 7.0f);
+    Attend(q.data(), kQueryHeads, kv, mask, out.data());
+    EXPECT_TRUE(same_bits(one_pass, out, "Attend"));
+  }
+}
+
 // Attend's precondition, enforced in every build: query heads a positive
 // multiple of the KV heads, else it aborts naming both counts.
 TEST(AttentionDeathTest, QueryHeadsNotAMultipleOfTheKvHeadsAbort) {
