@@ -23,6 +23,7 @@ struct RunnerOutcome {
   int exit_status = 0;
   int stop_line = 0;               // `FILE:LINE: error:` or a limit; 0: none
   std::vector<int> failed_lines;   // `FILE:LINE: expected ...`, in order
+  std::string file;                // the program's file name, as in those lines
   std::vector<std::string> other;  // standard error lines of no known form
 };
 
@@ -79,9 +80,14 @@ std::string Compare(const RunnerOutcome& runner, const testing::ModelOutcome& mo
 // kernel set, e.g. with `expect equal`) and the values of `out` lines,
 // which must agree within TRACE.md's 1e-4 * (1 + |reference|); standard
 // error must be the same but for the values printed after `got` on failed
-// `expect out` lines. Empty when they agree; otherwise the first
-// difference, one line.
-std::string CompareKernelSets(const RunnerOutcome& fast, const RunnerOutcome& ref);
+// `expect out` lines. `undecided` lists the lines of expectations whose
+// verdict the fp32 arithmetic decides (testing::ModelOutcome::undecided_lines:
+// `expect equal` of ssm rows whose tokens differ only where the difference
+// may have decayed below fp32 resolution): their failure lines are left out
+// of standard error and, for exit statuses 0 and 1, of the exit status.
+// Empty when they agree; otherwise the first difference, one line.
+std::string CompareKernelSets(const RunnerOutcome& fast, const RunnerOutcome& ref,
+                              const std::vector<int>& undecided = {});
 
 // A report for standard error: `who` (the fuzz target), the difference,
 // the trace and both runs' outputs.

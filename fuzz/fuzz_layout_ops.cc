@@ -943,7 +943,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (has_ssm) {
     const kvspec::fuzz::RunnerOutcome ref =
         kvspec::fuzz::RunRunner(program, kMaxBytes, true, /*reference_kernels=*/true);
-    const std::string kernels = kvspec::fuzz::CompareKernelSets(runner, ref);
+    const std::string kernels = kvspec::fuzz::CompareKernelSets(runner, ref, model.undecided_lines);
     if (!kernels.empty()) {
       if (print) {
         // The program as the runner emits it with the reference kernels and

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "trace/program.h"
 #include "fuzz/differential.h"
@@ -42,12 +43,14 @@ constexpr double kMaxWork = 2e7;                       // multiply-adds, roughly
 // Runs `program` with the scalar reference kernels (values on) and compares
 // with `fast`, its run with the Highway kernels and values on: they must
 // agree as kvspec::fuzz::CompareKernelSets says (everything but `state`
-// hashes; `out` values within TRACE.md's 1e-4 * (1 + |reference|)). A
-// difference prints both and traps.
+// hashes; `out` values within TRACE.md's 1e-4 * (1 + |reference|); the
+// expectations on `undecided` lines, whose verdict the fp32 arithmetic
+// decides, may differ). A difference prints both and traps.
 void CompareWithReference(std::string_view text, const Program& program,
-                          const kvspec::fuzz::RunnerOutcome& fast) {
+                          const kvspec::fuzz::RunnerOutcome& fast,
+                          const std::vector<int>& undecided) {
   const kvspec::fuzz::RunnerOutcome ref = kvspec::fuzz::RunRunner(program, kMaxBytes, true, true);
-  const std::string difference = kvspec::fuzz::CompareKernelSets(fast, ref);
+  const std::string difference = kvspec::fuzz::CompareKernelSets(fast, ref, undecided);
   if (difference.empty()) return;
   std::fprintf(stderr, "%s",
                kvspec::fuzz::KernelReport("fuzz_trace_parse", text, fast, ref, difference).c_str());
@@ -104,7 +107,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     note("run; compared with the scalar reference kernels" +
          (model.supported ? std::string(" (ssm layers)")
                           : " (the model does not cover " + model.unsupported + ")"));
-    CompareWithReference(text, program, runner);
+    // The model's undecided lines when it covers the program; when it does
+    // not (`expect out`), none: such a program is compared strictly.
+    CompareWithReference(text, program, runner,
+                         model.supported ? model.undecided_lines : std::vector<int>());
     if (!model.supported) return 0;
   }
   note("run and compared with the model: exit " + std::to_string(runner.exit_status));
