@@ -373,15 +373,7 @@ void ExpectChunkedDecodeNearReference(const Score& score, const std::string& wha
     for (int i = 0; i < kDim; ++i) v[t * kDim + i] = static_cast<float>((t * (i + 3)) % 11) - 5.0f;
     pos[t] = t;
   }
-  KvView kv;
-  kv.k = k.data();
-  kv.v = v.data();
-  kv.head_stride = kv.row_stride = static_cast<size_t>(kSlots) * kDim;
-  kv.rows = 1;
-  kv.kv_heads = 1;
-  kv.dim = kDim;
-  kv.slot_pos = pos.data();
-  kv.slot_stride = kv.slots = kSlots;
+  const KvView kv = KvView::Dense(k.data(), v.data(), pos.data(), 1, 1, kDim, kSlots, 0);
   Mask mask;
   mask.window = kNoWindow;
   mask.rows = mask.queries = 1;
@@ -512,20 +504,11 @@ TEST_P(AttentionTargets, ChunkedDecodeIsTheInOrderMergeOfInOrderChunkSums) {
   mask.hi = {kSlots};
   ThreadPool pool(2);
   for (int bf16 = 0; bf16 < 2; ++bf16) {
-    KvView kv;
-    kv.k = k.data();
-    kv.v = v.data();
+    KvView kv = KvView::Dense(k.data(), v.data(), pos.data(), 1, 1, kDim, kSlots, kFirstSlot);
     if (bf16 == 1) {
       kv.k_bf16 = k16.data();
       kv.v_bf16 = v16.data();
     }
-    kv.head_stride = kv.row_stride = static_cast<size_t>(kSlots) * kDim;
-    kv.rows = 1;
-    kv.kv_heads = 1;
-    kv.dim = kDim;
-    kv.slot_pos = pos.data();
-    kv.slot_stride = kv.slots = kSlots;
-    kv.first_slot = kFirstSlot;
     // The first lane whose bits differ from `want`, as a failure.
     const auto same_bits = [&](const std::vector<float>& want, const std::vector<float>& got,
                                const std::string& what) -> ::testing::AssertionResult {

@@ -16,7 +16,7 @@
 // DecodeCache call are at most 8 x the input size + 64 KiB. Why: vectors
 // read from the input take at most the bytes they consume; what a cache
 // allocates before its vectors are read is checked against the bytes left
-// (column stores: 12 bytes per row against 8 required; recurrent caches:
+// (column stores: 12 bytes per row against 4 required; recurrent caches:
 // their states, a scratch of at most 3 x the recurrent state since key
 // heads divide value heads, 5 bytes per row; round records' headers 24
 // bytes per 8 required); the layer lists are reserved against 52 bytes per

@@ -257,6 +257,32 @@ TEST(Codec, RefusesOtherMagicVersionsAndKinds) {
   EXPECT_TRUE(HasCodec("batched_ssm"));
 }
 
+// A layout no forward has written, of every row count up to the trace
+// limit and every kind, is read back from its own encoding (the column
+// codec's size check once counted the last write's per-row counts, empty
+// until the first write, and refused 23 rows and more).
+TEST(Codec, FreshLayoutsOfEveryRowCountRoundTrip) {
+  std::vector<LayerConfig> layers(3);
+  layers[0].name = "k";
+  layers[1].name = "r";
+  layers[1].kind = CacheKind::kRotating;
+  layers[1].window = layers[1].capacity = 2;
+  layers[2].name = "s";
+  layers[2].kind = CacheKind::kSsm;
+  for (int rows = 1; rows <= 64; ++rows) {
+    for (size_t l = 0; l < layers.size(); ++l) {
+      std::unique_ptr<Layout> layout, loaded;
+      ASSERT_TRUE(Layout::Create(rows, {layers[l]}, &layout).ok());
+      std::string bytes, again;
+      ASSERT_TRUE(EncodeLayout(*layout, &bytes).ok());
+      const Status s = DecodeLayout(bytes, &loaded);
+      ASSERT_TRUE(s.ok()) << rows << " rows, layer " << layers[l].name << ": " << s.message();
+      ASSERT_TRUE(EncodeLayout(*loaded, &again).ok());
+      EXPECT_EQ(again, bytes);
+    }
+  }
+}
+
 // A column store of a kind the codec does not know (a user's own cache
 // built on ColumnStore, as the kv and rotating caches are) is refused by
 // EncodeCache, naming its kind, and nothing is written: the codec encodes

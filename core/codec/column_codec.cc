@@ -38,10 +38,12 @@ Status CacheCodec::DecodeColumns(Reader& r, bool batched, bool ring,
   r.Int(&window, 0, kMaxWindowRead, "window");
   // The kind says which: a ring has a capacity, a plain cache none.
   r.Int(&capacity, ring ? 1 : 0, ring ? kMaxWindowRead : 0, "ring capacity");
-  // The store allocates per-row positions before they are read; a valid
-  // encoding holds two int32 vectors of one value per row (next positions
-  // and last write) after the fixed fields.
-  r.Holds(Product({rows, 2}), sizeof(int32_t), "per-row positions");
+  // The store allocates its per-row vectors (next positions and held pads,
+  // 12 bytes per row) before they are read; a valid encoding holds the next
+  // positions, one int32 per row, after the fixed fields. Not the last
+  // write's counts: they are empty before the first write and after a trim
+  // (counting them refused a fresh 24-row layout's own encoding).
+  r.Holds(rows, sizeof(int32_t), "per-row positions");
   if (!r.ok()) return r.status();
   std::unique_ptr<ColumnStore> c = NewColumnStore(batched, rows, heads, dim, window, capacity);
   uint64_t slots = 0, first = 0;
