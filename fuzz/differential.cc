@@ -87,7 +87,6 @@ void SplitErrorLine(const std::string& file, std::string_view line, int* number,
     }
   }
   *rest = digits ? line.substr(i) : std::string_view();
-  if (!digits) *number = 0;
 }
 
 void ReadErrorLine(const std::string& file, const std::string& line, RunnerOutcome* outcome) {

@@ -222,7 +222,10 @@ HWY_INLINE void Scores(const float* HWY_RESTRICT q, int group, int dim, const T*
       ScoreBlock<4, 2>(qg, dim, keys + j, scale, sg + j, stride);
       j += 2;
     }
-    if (j < n) ScoreBlock<4, 1>(qg, dim, keys + j, scale, sg + j, stride), ++j;
+    if (j < n) {
+      ScoreBlock<4, 1>(qg, dim, keys + j, scale, sg + j, stride);
+      ++j;
+    }
     PrefetchRows(pf, j, npf, row_bytes);
     npf = 0;  // the other heads read the same rows
   }

@@ -42,7 +42,7 @@ Status CacheCodec::DecodeColumns(Reader& r, bool batched, bool ring,
   // 12 bytes per row) before they are read; a valid encoding holds the next
   // positions, one int32 per row, after the fixed fields. Not the last
   // write's counts: they are empty before the first write and after a trim
-  // (counting them refused a fresh 24-row layout's own encoding).
+  // (counting them refused a fresh 23-row layout's own encoding).
   r.Holds(rows, sizeof(int32_t), "per-row positions");
   if (!r.ok()) return r.status();
   std::unique_ptr<ColumnStore> c = NewColumnStore(batched, rows, heads, dim, window, capacity);
