@@ -75,7 +75,7 @@ std::string Indented(const std::string& text) {
 
 TEST(SourceLines, EveryEchoedLineMapsToTheLineItEchoes) {
   const std::string folder = std::string(KVSPEC_SOURCE_DIR) + "/corpus/traces";
-  int checked[3] = {0, 0, 0};  // traces checked per variant
+  int checked[4] = {0, 0, 0, 0};  // traces checked per variant
   for (const auto& entry : std::filesystem::directory_iterator(folder)) {
     if (entry.path().extension() != ".trace") continue;
     std::ifstream f(entry.path());
@@ -83,11 +83,13 @@ TEST(SourceLines, EveryEchoedLineMapsToTheLineItEchoes) {
     text << f.rdbuf();
     // A blank line after every statement; or a comment, then a blank line;
     // or a blank line after every statement and every line indented (so
-    // are the expectations the emitter drops).
-    const std::string variants[3] = {WithInserted(text.str(), "\n"),
+    // are the expectations the emitter drops); or a blank line before the
+    // first (the first byte of the file is a line of its own).
+    const std::string variants[4] = {WithInserted(text.str(), "\n"),
                                      WithInserted(text.str(), "\n# a comment\n"),
-                                     Indented(WithInserted(text.str(), "\n"))};
-    for (int v = 0; v < 3; ++v) {
+                                     Indented(WithInserted(text.str(), "\n")),
+                                     "\n" + WithInserted(text.str(), "\n")};
+    for (int v = 0; v < 4; ++v) {
       const std::string& original = variants[v];
       RunOptions options;
       options.emit = true;
@@ -108,7 +110,7 @@ TEST(SourceLines, EveryEchoedLineMapsToTheLineItEchoes) {
       }
     }
   }
-  for (int v = 0; v < 3; ++v) EXPECT_GT(checked[v], 20) << "variant " << v;
+  for (int v = 0; v < 4; ++v) EXPECT_GT(checked[v], 20) << "variant " << v;
 }
 
 // JSON strings escape every control character (U+0000..U+001F) as \u00XX

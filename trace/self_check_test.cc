@@ -377,6 +377,33 @@ TEST(TraceRunnerInvariants, HoldAfterEveryStatementOfTheCorpus) {
 // fork and extract budget) hold after every line of every corpus trace, in
 // every build (Parser::Parse checks them only without NDEBUG): the parser
 // is run on each prefix of the file that ends at a line end.
+// The parser counts a fork or extract before it refuses the one past the
+// budget, so the only parser state with more than kMaxForkExtract of them
+// is the one a refused line leaves; CheckInvariants names that count, and
+// holds at exactly the budget.
+TEST(TraceParserInvariants, ACountPastTheForkAndExtractBudgetIsNamed) {
+  const std::string head = "trace 1\nrows 1\nlayer a kv\n";
+  std::string body;
+  for (int i = 0; i < trace::kMaxForkExtract; ++i) {
+    body += (i % 2 ? "extract 0 as e" : "fork f") + std::to_string(i) + "\n";
+  }
+  for (const bool over : {false, true}) {
+    SCOPED_TRACE(over ? "65 statements" : "64 statements");
+    const std::string text = head + body + (over ? "fork g\n" : "");
+    Program program;
+    SyntaxError error;
+    trace::parse_internal::Parser parser("budget.trace", &program, &error);
+    EXPECT_EQ(parser.Parse(text), !over) << error.message;
+    const Status s = parser.CheckInvariants();
+    if (over) {
+      EXPECT_EQ(s.message(), std::to_string(trace::kMaxForkExtract + 1) +
+                                 " fork and extract statements");
+    } else {
+      EXPECT_TRUE(s.ok()) << s.message();
+    }
+  }
+}
+
 TEST(TraceParserInvariants, HoldAfterEveryLineOfTheCorpus) {
   int prefixes = 0;
   for (const auto& path : CorpusTraces()) {

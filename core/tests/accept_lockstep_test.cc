@@ -243,6 +243,41 @@ TEST(CodecDamage, ATruncatedRecurrentStateIsRefusedBeforeItIsAllocated) {
   EXPECT_EQ(out, nullptr);
 }
 
+// An armed cache's encoding ends with its round records, one per row, each
+// an 8-byte count and the record's floats. The codec allocates the records
+// before it reads them, so it first checks that the input holds a count for
+// every row: an armed cache of 16 rows cut anywhere inside its last 16
+// counts (an armed round with no verify token yet, so every record is
+// empty) is refused with exactly that message, before anything is read.
+TEST(CodecDamage, RoundRecordsOfAnArmedCacheCutShortAreRefusedBeforeTheyAreAllocated) {
+  SsmShape shape;
+  shape.value_heads = 1;
+  shape.key_heads = 1;
+  shape.dk = 2;
+  shape.dv = 2;
+  const int rows = 16;
+  BatchedSsmCache cache(rows, shape);
+  ASSERT_TRUE(cache.ArmRound().ok());
+  std::string bytes;
+  ASSERT_TRUE(EncodeCache(cache, &bytes).ok());
+  std::unique_ptr<Cache> out;
+  ASSERT_TRUE(DecodeCache(bytes, &out).ok());
+  out.reset();
+  const size_t counts = rows * sizeof(uint64_t);
+  ASSERT_GT(bytes.size(), counts);
+  // The last 16 counts are zero: the records are empty.
+  EXPECT_EQ(bytes.substr(bytes.size() - counts), std::string(counts, '\0'));
+  for (const size_t cut : {size_t{1}, size_t{8}, size_t{9}, counts - 1, counts}) {
+    SCOPED_TRACE("cut by " + std::to_string(cut) + " bytes");
+    const Status s = DecodeCache(bytes.substr(0, bytes.size() - cut), &out);
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("round records claim more than the input holds"),
+              std::string::npos)
+        << s.message();
+    EXPECT_EQ(out, nullptr);
+  }
+}
+
 // Grouped-query attention with 8 or more query heads per KV head (the
 // kernel serves a group 4 heads at a time, then one at a time): every query
 // head's output matches the scalar reference, on 1 and 2 KV heads, dims
