@@ -325,6 +325,57 @@ TEST(TraceParseErrorTest, SeesAndOutSyntax) {
                           1, 21, "number too long"));
 }
 
+// ---------------------------------------------------------------------------
+// Exact messages: a refusal whose check were lost would often still be
+// refused by a later check, with another message (issue 20).
+
+// `text` fails at line:col with exactly `message`.
+::testing::AssertionResult FailsWithExactly(std::string_view text, int line, int col,
+                                            std::string_view message) {
+  Program program;
+  SyntaxError error;
+  if (ParseTrace(text, "bad.trace", &program, &error)) {
+    return ::testing::AssertionFailure() << "parsed, expected an error";
+  }
+  if (error.file != "bad.trace" || error.line != line || error.col != col ||
+      error.message != message) {
+    return ::testing::AssertionFailure()
+           << "got \"" << error.ToString() << "\", expected bad.trace:" << line << ":" << col
+           << ": " << message;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(TraceParseErrorTest, ExactMessages) {
+  const std::string h = "trace 1\nrows 1\n";
+  // A value of more than 100 characters is refused for its length, even
+  // when it is no number at all; 100 characters are read.
+  const std::string out = std::string(kHeader) + "expect out s r0 p5: ";
+  const std::string too_long = "number too long (more than 100 characters)";
+  EXPECT_TRUE(FailsWithExactly(out + "0." + std::string(99, '1') + "\n", kHeaderLines + 1, 21,
+                               too_long));
+  EXPECT_TRUE(FailsWithExactly(out + std::string(101, 'x') + "\n", kHeaderLines + 1, 21,
+                               too_long));
+  EXPECT_TRUE(FailsWithExactly(out + "1, 2," + std::string(101, '7') + "\n", kHeaderLines + 1,
+                               26, too_long));
+  MustParse(out + "0." + std::string(98, '1') + "\n");
+  // A layer's word after the kind without '=' or with an empty key.
+  EXPECT_TRUE(FailsWithExactly(h + "layer a kv heads\n", 3, 12,
+                               "layer: expected key=value, got 'heads'"));
+  EXPECT_TRUE(FailsWithExactly(h + "layer a kv =3\n", 3, 12,
+                               "layer: expected key=value, got '=3'"));
+  EXPECT_TRUE(FailsWithExactly(h + "layer a kv heads=2 dim\n", 3, 20,
+                               "layer: expected key=value, got 'dim'"));
+  // A rotating layer without its window, whatever else it is given; the
+  // error is at the kind.
+  EXPECT_TRUE(FailsWithExactly(h + "layer a rotating\n", 3, 9,
+                               "layer: a rotating layer needs window=W"));
+  EXPECT_TRUE(FailsWithExactly(h + "layer a rotating capacity=4\n", 3, 9,
+                               "layer: a rotating layer needs window=W"));
+  EXPECT_TRUE(FailsWithExactly(h + "layer a kv\nlayer bb  rotating heads=2\n", 4, 11,
+                               "layer: a rotating layer needs window=W"));
+}
+
 TEST(TraceParseErrorTest, ExpectErrorNesting) {
   EXPECT_TRUE(BodyFailsAt("expect error expect positions 0", 1, 14,
                           "not an expectation"));

@@ -26,6 +26,7 @@
 #include "core/kv_cache.h"
 #include "core/layout.h"
 #include "core/ssm_cache.h"
+#include "core/tests/layout_test_util.h"
 #include "trace/runner.h"
 
 namespace kvspec {
@@ -313,6 +314,139 @@ TEST(Codec, AColumnStoreOfAnUnknownKindIsNotEncoded) {
   std::unique_ptr<Cache> back;
   ASSERT_TRUE(DecodeCache(bytes, &back).ok());
   EXPECT_EQ(back->kind(), "kv");
+}
+
+// ------------------------------------------------------------ exact refusals
+// Each refusal of the codec's own framing, with its exact message (the
+// offset included): input damaged in only that respect would, if the check
+// were lost, be refused later with another message or be accepted.
+
+// A layout of a kv, a ring and a recurrent layer after a window, padded.
+std::string EncodedHybridLayout(std::unique_ptr<Layout>* layout) {
+  std::vector<LayerConfig> layers(3);
+  layers[0].name = "k";
+  layers[1].name = "r";
+  layers[1].kind = CacheKind::kRotating;
+  layers[1].window = 2;
+  layers[2].name = "s";
+  layers[2].kind = CacheKind::kSsm;
+  EXPECT_TRUE(Layout::Create(2, layers, layout).ok());
+  ForwardColumns cols = ForwardColumns::Dense(2, 3);
+  cols.left[0] = 1;
+  const Status forward = layout_test::RunForward(**layout, cols);
+  EXPECT_TRUE(forward.ok()) << forward.message();
+  std::string bytes;
+  EXPECT_TRUE(EncodeLayout(**layout, &bytes).ok());
+  return bytes;
+}
+
+void ExpectCacheRefused(const std::string& bytes, const std::string& message) {
+  std::unique_ptr<Cache> out;
+  const Status s = DecodeCache(bytes, &out);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), message);
+  EXPECT_EQ(out, nullptr);
+}
+
+void ExpectLayoutRefused(const std::string& bytes, const std::string& message) {
+  std::unique_ptr<Layout> out;
+  const Status s = DecodeLayout(bytes, &out);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), message);
+  EXPECT_EQ(out, nullptr);
+}
+
+TEST(CodecRefusals, ALayoutIsNotACacheAndACacheIsNotALayout) {
+  std::unique_ptr<Layout> layout;
+  const std::string bytes = EncodedHybridLayout(&layout);
+  std::string cache;
+  ASSERT_TRUE(EncodeCache(layout->cache(0), &cache).ok());
+  ExpectCacheRefused(bytes, "bad encoding at byte 4: not a kvspec cache");
+  ExpectLayoutRefused(cache, "bad encoding at byte 4: not a kvspec layout");
+}
+
+// One byte more than the encoding is refused where the encoding ends; the
+// encoding itself decodes.
+TEST(CodecRefusals, TrailingBytesAfterACacheOrALayout) {
+  std::unique_ptr<Layout> layout, back;
+  const std::string bytes = EncodedHybridLayout(&layout);
+  ASSERT_TRUE(DecodeLayout(bytes, &back).ok());
+  ExpectLayoutRefused(bytes + '\0', "bad encoding at byte " + std::to_string(bytes.size()) +
+                                        ": trailing bytes after the layout");
+  for (size_t layer = 0; layer < layout->size(); ++layer) {
+    SCOPED_TRACE(layout->cache(layer).kind());
+    std::string cache;
+    ASSERT_TRUE(EncodeCache(layout->cache(layer), &cache).ok());
+    std::unique_ptr<Cache> decoded;
+    ASSERT_TRUE(DecodeCache(cache, &decoded).ok());
+    ExpectCacheRefused(cache + '\x01', "bad encoding at byte " + std::to_string(cache.size()) +
+                                           ": trailing bytes after the cache");
+  }
+}
+
+// Each layer's cache is framed by its u64 length, written in the 8 bytes
+// before the cache's magic. A length past the input is refused (where the
+// cache starts); a length that takes the next byte in is refused as the
+// cache's trailing bytes; exactly the rest of the input is the latter too.
+TEST(CodecRefusals, ALayerCacheLengthThatDoesNotFrameTheCache) {
+  std::unique_ptr<Layout> layout;
+  const std::string bytes = EncodedHybridLayout(&layout);
+  std::string cache;
+  ASSERT_TRUE(EncodeCache(layout->cache(0), &cache).ok());
+  const size_t at = bytes.find("KVSC");  // layer 0's cache
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_GE(at, 8u);
+  uint64_t length = 0;
+  std::memcpy(&length, &bytes[at - 8], 8);
+  ASSERT_EQ(length, cache.size());
+  ASSERT_EQ(bytes.compare(at, cache.size(), cache), 0);
+
+  const auto with_length = [&](uint64_t n) {
+    std::string damaged = bytes;
+    std::memcpy(&damaged[at - 8], &n, 8);
+    return damaged;
+  };
+  const std::string where = std::to_string(at);
+  ExpectLayoutRefused(with_length(bytes.size() - at + 1),
+                      "bad encoding at byte " + where + ": layer cache longer than the input");
+  ExpectLayoutRefused(with_length(~uint64_t{0}),
+                      "bad encoding at byte " + where + ": layer cache longer than the input");
+  ExpectLayoutRefused(with_length(bytes.size() - at),
+                      "layer 0 (at byte " + where + "): trailing bytes in a layer's cache");
+  ExpectLayoutRefused(with_length(length + 1),
+                      "layer 0 (at byte " + where + "): trailing bytes in a layer's cache");
+}
+
+// The key heads of a recurrent cache must divide its value heads: the field
+// is found as the first byte where the encodings of two caches that differ
+// only in key heads differ.
+TEST(CodecRefusals, KeyHeadsThatDoNotDivideTheValueHeads) {
+  SsmShape one;
+  one.value_heads = 4;
+  one.key_heads = 1;
+  SsmShape two = one;
+  two.key_heads = 2;
+  std::string a, b;
+  ASSERT_TRUE(EncodeCache(SsmCache(one), &a).ok());
+  ASSERT_TRUE(EncodeCache(SsmCache(two), &b).ok());
+  size_t at = 0;
+  while (at < a.size() && at < b.size() && a[at] == b[at]) ++at;
+  ASSERT_LE(at + 4, b.size());
+  int32_t field = 0;
+  std::memcpy(&field, &b[at], 4);
+  ASSERT_EQ(field, 2);
+  std::memcpy(&field, &b[at - 4], 4);
+  ASSERT_EQ(field, 4);  // the value heads just before
+  std::unique_ptr<Cache> decoded;
+  ASSERT_TRUE(DecodeCache(b, &decoded).ok());
+
+  std::string damaged = b;
+  const int32_t three = 3;
+  std::memcpy(&damaged[at], &three, 4);
+  // Refused once the shape is read: key heads, dk, dv, conv (i32) and the
+  // gate flag (one byte).
+  ExpectCacheRefused(damaged, "bad encoding at byte " + std::to_string(at + 4 * 4 + 1) +
+                                  ": value heads not a multiple of key heads");
 }
 
 }  // namespace
