@@ -359,6 +359,10 @@ TEST(TraceParseErrorTest, ExactMessages) {
   EXPECT_TRUE(FailsWithExactly(out + "1, 2," + std::string(101, '7') + "\n", kHeaderLines + 1,
                                26, too_long));
   MustParse(out + "0." + std::string(98, '1') + "\n");
+  // A list of values ending in a comma.
+  EXPECT_TRUE(FailsWithExactly(out + "1,\n", kHeaderLines + 1, 23, "empty list item after ','"));
+  EXPECT_TRUE(FailsWithExactly(std::string(kHeader) + "expect sees s r0 p5: 3 4:9,\n",
+                               kHeaderLines + 1, 28, "empty list item after ','"));
   // A layer's word after the kind without '=' or with an empty key.
   EXPECT_TRUE(FailsWithExactly(h + "layer a kv heads\n", 3, 12,
                                "layer: expected key=value, got 'heads'"));

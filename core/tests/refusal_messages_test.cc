@@ -35,7 +35,8 @@ uint64_t Hash(const Cache& c) {
 }
 
 // What a refused call did: its status, the state's hash around it, and
-// whether its output argument (if any) was left as it was.
+// whether its output argument (if any; a join's other layout) was left as
+// it was.
 struct Outcome {
   Status status;
   uint64_t before = 0;
@@ -204,6 +205,15 @@ std::vector<Refusal> RecurrentRefusals() {
          o.after = Hash(c);
          return o;
        }},
+      {"ArmingTwice", "a round is already armed",
+       [] {
+         SsmCache c = ArmedSsm();
+         Outcome o;
+         o.before = Hash(c);
+         o.status = c.ArmRound();
+         o.after = Hash(c);
+         return o;
+       }},
       {"CommitWithoutARound", "commit without an armed round",
        [] {
          SsmCache c(SsmShape{});
@@ -356,6 +366,12 @@ std::vector<Refusal> LayoutRefusals() {
          EXPECT_EQ(l->CheckForward(ForwardColumns::Dense(1, 1, true)).message(),
                    "a round is armed and its verify forward has run: accept first");
          return OnLayout(*l, [&] { return RunForward(*l, ForwardColumns::Dense(1, 1, true)); });
+       }},
+      // The recurrent layer's own check would refuse too, as an internal error.
+      {"ALayoutArmedTwice", "a round is already armed",
+       [] {
+         std::unique_ptr<Layout> l = ArmedHybrid(1);
+         return OnLayout(*l, [&] { return l->Arm(); });
        }},
       // Attention layers only: no layer would refuse the trim itself.
       {"ATrimWhileArmed", "trim is refused while a round is armed",
