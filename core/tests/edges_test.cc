@@ -70,6 +70,7 @@ using Access = InvariantsTestAccess;
 using layout_test::Filled;
 using layout_test::Layer;
 using layout_test::RunForward;
+using layout_test::SsmInputs;
 
 uint64_t Hash(const Cache& c) {
   Hasher h;
@@ -754,21 +755,6 @@ TEST(TrimEdges, DropTipsRefusesWithoutALastWriteAndNegativeCounts) {
 }
 
 // ------------------------------------------------------------ recurrent forward
-struct SsmInputs {
-  std::vector<float> w, x, gate, beta;
-  SsmIO io;
-  SsmInputs(const SsmShape& s, int rows, int32_t L) {
-    const size_t C = s.Channels(), n = static_cast<size_t>(rows) * static_cast<size_t>(L);
-    w = Filled(C * static_cast<size_t>(s.conv), 0.1f);
-    x = Filled(n * C, 0.2f);
-    gate = Filled(n * s.GateFloats(), 0.5f);
-    beta = Filled(n * static_cast<size_t>(s.value_heads), 0.3f);
-    io.conv_weights = w.data();
-    io.x = x.data();
-    io.gate = gate.data();
-    io.beta = beta.data();
-  }
-};
 
 TEST(RecurrentEdges, ForwardReservedRefusesBadColumnsAndSpaceOfAnotherRound) {
   const SsmShape shape;

@@ -10,6 +10,7 @@
 
 #include "core/layer_config.h"
 #include "core/layout.h"
+#include "core/ssm_cache.h"
 #include "core/status.h"
 
 namespace kvspec::layout_test {
@@ -59,5 +60,23 @@ inline LayerConfig Layer(const std::string& name, CacheKind kind, int32_t window
   c.capacity = capacity;
   return c;
 }
+
+// Inputs of a recurrent forward of L columns on `rows` rows (made-up
+// values), for a cache called directly.
+struct SsmInputs {
+  std::vector<float> w, x, gate, beta;
+  SsmIO io;
+  SsmInputs(const SsmShape& s, int rows, int32_t L) {
+    const size_t C = s.Channels(), n = static_cast<size_t>(rows) * static_cast<size_t>(L);
+    w = Filled(C * static_cast<size_t>(s.conv), 0.1f);
+    x = Filled(n * C, 0.2f);
+    gate = Filled(n * s.GateFloats(), 0.5f);
+    beta = Filled(n * static_cast<size_t>(s.value_heads), 0.3f);
+    io.conv_weights = w.data();
+    io.x = x.data();
+    io.gate = gate.data();
+    io.beta = beta.data();
+  }
+};
 
 }  // namespace kvspec::layout_test

@@ -27,6 +27,7 @@ namespace {
 using layout_test::Filled;
 using layout_test::Layer;
 using layout_test::RunForward;
+using layout_test::SsmInputs;
 
 uint64_t Hash(const Cache& c) {
   Hasher h;
@@ -82,22 +83,6 @@ Status AppendTo(AttentionCache& c, const ForwardColumns& cols) {
   return c.Append(cols, k.data(), k.data());
 }
 
-// Inputs of a recurrent forward of L columns on `rows` rows.
-struct SsmInputs {
-  std::vector<float> w, x, gate, beta;
-  SsmIO io;
-  SsmInputs(const SsmShape& s, int rows, int32_t L) {
-    const size_t C = s.Channels(), n = static_cast<size_t>(rows) * static_cast<size_t>(L);
-    w = Filled(C * static_cast<size_t>(s.conv), 0.1f);
-    x = Filled(n * C, 0.2f);
-    gate = Filled(n * s.GateFloats(), 0.5f);
-    beta = Filled(n * static_cast<size_t>(s.value_heads), 0.3f);
-    io.conv_weights = w.data();
-    io.x = x.data();
-    io.gate = gate.data();
-    io.beta = beta.data();
-  }
-};
 
 // ------------------------------------------------------------ batch lifecycle
 // The batch calls take a const cache: their output must stay empty.
