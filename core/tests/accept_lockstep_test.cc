@@ -243,6 +243,48 @@ TEST(CodecDamage, ATruncatedRecurrentStateIsRefusedBeforeItIsAllocated) {
   EXPECT_EQ(out, nullptr);
 }
 
+// The up-front check is exactly as strong as the states are large: over
+// every cut of a batched recurrent cache's encoding, the cuts refused as
+// "recurrent state larger than the input" are consecutive, and there are
+// exactly as many as the bytes of both buffers of every row (the states
+// start right after the shape, so a cut leaves 0 .. state bytes - 1 of them;
+// a longer cut is refused by whatever later field it cuts into). Shapes
+// with one and four conv taps, whose conv state has a key part and none.
+TEST(CodecDamage, TheStateSizeCheckRefusesExactlyTheCutsThatCannotHoldTheStates) {
+  for (const int conv : {1, 4}) {
+    SCOPED_TRACE("conv kernel " + std::to_string(conv));
+    SsmShape shape;
+    shape.value_heads = 2;
+    shape.key_heads = 1;
+    shape.dk = 2;
+    shape.dv = 3;
+    shape.conv = conv;
+    const int rows = 2;
+    BatchedSsmCache cache(rows, shape);
+    std::string bytes;
+    ASSERT_TRUE(EncodeCache(cache, &bytes).ok());
+    const size_t state_bytes =
+        size_t{rows} * 2 * (shape.ConvFloats() + shape.RecurrentFloats()) * sizeof(float);
+    ASSERT_GT(bytes.size(), state_bytes);
+    std::unique_ptr<Cache> out;
+    ASSERT_TRUE(DecodeCache(bytes, &out).ok());
+    out.reset();
+    std::vector<size_t> refused_as_state;
+    for (size_t cut = 0; cut < bytes.size(); ++cut) {
+      const Status s = DecodeCache(bytes.substr(0, cut), &out);
+      ASSERT_FALSE(s.ok()) << "a cut at " << cut << " of " << bytes.size() << " bytes";
+      ASSERT_EQ(out, nullptr);
+      if (s.message().find("recurrent state larger than the input") != std::string::npos) {
+        refused_as_state.push_back(cut);
+      }
+    }
+    ASSERT_FALSE(refused_as_state.empty());
+    EXPECT_EQ(refused_as_state.size(), state_bytes);
+    EXPECT_EQ(refused_as_state.back() - refused_as_state.front() + 1, refused_as_state.size())
+        << "not consecutive";
+  }
+}
+
 // An armed cache's encoding ends with its round records, one per row, each
 // an 8-byte count and the record's floats. The codec allocates the records
 // before it reads them, so it first checks that the input holds a count for
