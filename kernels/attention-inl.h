@@ -255,7 +255,43 @@ HWY_INLINE void ValueBlock(const float* HWY_RESTRICT w, size_t stride, const T* 
                            const T* const* pf = nullptr, size_t npf = 0) {
   const DF d;
   const int N = static_cast<int>(hn::Lanes(d));
+  // Vectors per chunk: with 32 vector registers (AVX-512), four per head
+  // for four heads and eight for one (16 or 8 independent multiply-add
+  // chains hide the FMA latency and the first loads of a chunk's
+  // accumulators); with 16, two per head for four heads and four for one.
+#if HWY_TARGET <= HWY_AVX3
+  constexpr int kV = kG == 1 ? 8 : 4;
+#else
+  constexpr int kV = kG == 1 ? 4 : 2;
+#endif
   int i = 0;
+  for (; i + kV * N <= dim; i += kV * N) {
+    VF a[kG][kV];
+    HWY_UNROLL(4)
+    for (int g = 0; g < kG; ++g) {
+      HWY_UNROLL(8)
+      for (int c = 0; c < kV; ++c) a[g][c] = hn::LoadU(d, acc + g * dim + i + c * N);
+    }
+    for (size_t j = 0; j < n; ++j) {
+      // The same lanes of another row, wanted soon (see Scores).
+      if (j < npf) PrefetchSpan(pf[j] + i, kV * N * sizeof(T));
+      VF v[kV];
+      HWY_UNROLL(8)
+      for (int c = 0; c < kV; ++c) v[c] = LoadLanes(d, values[j] + i + c * N);
+      HWY_UNROLL(4)
+      for (int g = 0; g < kG; ++g) {
+        const VF wv = hn::Set(d, w[g * stride + j]);
+        HWY_UNROLL(8)
+        for (int c = 0; c < kV; ++c) a[g][c] = hn::MulAdd(wv, v[c], a[g][c]);
+      }
+    }
+    HWY_UNROLL(4)
+    for (int g = 0; g < kG; ++g) {
+      HWY_UNROLL(8)
+      for (int c = 0; c < kV; ++c) hn::StoreU(a[g][c], d, acc + g * dim + i + c * N);
+    }
+  }
+  // Two vectors, then one, for what a chunk of kV left.
   for (; i + 2 * N <= dim; i += 2 * N) {
     VF a[kG][2];
     HWY_UNROLL(4)
@@ -264,7 +300,6 @@ HWY_INLINE void ValueBlock(const float* HWY_RESTRICT w, size_t stride, const T* 
       a[g][1] = hn::LoadU(d, acc + g * dim + i + N);
     }
     for (size_t j = 0; j < n; ++j) {
-      // The same lanes of another row, wanted soon (see Scores).
       if (j < npf) PrefetchSpan(pf[j] + i, 2 * N * sizeof(T));
       const VF v0 = LoadLanes(d, values[j] + i);
       const VF v1 = LoadLanes(d, values[j] + i + N);
