@@ -380,6 +380,64 @@ TEST(TraceParseErrorTest, ExactMessages) {
                                "layer: a rotating layer needs window=W"));
 }
 
+// A statement cut short before a word it needs is refused at the column
+// right after its last word, with a message naming the missing word; on
+// its own and inside `expect error` (whose column moves by its two words).
+// Every word-prefix of these statements that is not a statement itself is
+// listed, so a cut that read past the last word, or took another path,
+// fails here.
+TEST(TraceParseErrorTest, AStatementCutShortNamesTheMissingWordAtItsEnd) {
+  const std::vector<std::pair<std::string, std::string>> cuts = {
+      {"accept", "accept: expected K or K0,K1,.."},
+      {"filter", "filter: expected rows R0,R1,.."},
+      {"window", "window: expected the number of columns L"},
+      {"trim", "trim: expected the number of tokens N"},
+      {"fork", "fork: expected a layout name"},
+      {"use", "use: expected a layout name"},
+      {"join", "join: expected a layout name"},
+      {"extract", "extract: expected `R as NAME`"},
+      {"extract 0", "extract: expected `as NAME` after the row"},
+      {"extract 0 as", "extract: expected a layout name after `as`"},
+      {"expect",
+       "expect: expected sees, out, positions, error, equal, trimmable, kind or bytes_per_token"},
+      {"expect positions", "expect positions: expected N0,N1,.."},
+      {"expect equal", "expect equal: expected a layout name"},
+      {"expect error", "expect error: expected an operation"},
+      {"expect trimmable", "expect trimmable: expected a layer name"},
+      {"expect trimmable s", "expect trimmable: expected yes or no"},
+      {"expect kind", "expect kind: expected a layer name"},
+      {"expect kind s", "expect kind: expected the kind string"},
+      {"expect bytes_per_token", "expect bytes_per_token: expected a layer name"},
+      {"expect bytes_per_token k", "expect bytes_per_token: expected a byte count"},
+      {"expect sees", "expect sees: expected a layer name"},
+      {"expect sees s", "expect sees: expected rROW (like r0)"},
+      {"expect sees s r0", "expect sees: expected pPOS: (like p0:)"},
+      {"expect out", "expect out: expected a layer name"},
+      {"expect out s", "expect out: expected rROW (like r0)"},
+      {"expect out s r0", "expect out: expected pPOS: (like p0:)"},
+  };
+  for (const auto& [body, message] : cuts) {
+    SCOPED_TRACE(body);
+    const int end = static_cast<int>(body.size()) + 1;
+    EXPECT_TRUE(FailsWithExactly(std::string(kHeader) + body + "\n", kHeaderLines + 1, end,
+                                 message));
+    // With the trailing blanks and a comment the column is the same.
+    EXPECT_TRUE(FailsWithExactly(std::string(kHeader) + body + "   # cut\n", kHeaderLines + 1,
+                                 end, message));
+    const bool operation = body.rfind("expect", 0) != 0;
+    if (operation) {
+      EXPECT_TRUE(FailsWithExactly(std::string(kHeader) + "expect error " + body + "\n",
+                                   kHeaderLines + 1, end + 13, message));
+    }
+  }
+  // The full statements parse: the cuts above are cuts of real statements.
+  MustParse(std::string(kHeader) +
+            "window 2\naccept 0\nfilter 0\ntrim 1\nfork a\nuse a\njoin main\n"
+            "extract 0 as b\nexpect positions 2\nexpect equal a\nexpect error trim 9\n"
+            "expect trimmable s yes\nexpect kind s rotating\nexpect bytes_per_token k 64\n"
+            "expect sees s r0 p1: 0 1\nexpect out s r0 p1: 0\n");
+}
+
 TEST(TraceParseErrorTest, ExpectErrorNesting) {
   EXPECT_TRUE(BodyFailsAt("expect error expect positions 0", 1, 14,
                           "not an expectation"));

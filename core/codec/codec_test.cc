@@ -417,6 +417,42 @@ TEST(CodecRefusals, ALayerCacheLengthThatDoesNotFrameTheCache) {
                       "layer 0 (at byte " + where + "): trailing bytes in a layer's cache");
 }
 
+// A layout's header is its magic, version, rows and layer count (4 bytes
+// each); every layer then takes at least 52 bytes (an empty name's u32
+// length, ten int32 fields, its cache's u64 length). The decoder reserves
+// the layer lists from the count, so it first refuses a count the rest of
+// the input cannot hold at 52 bytes a layer, as the layer list; over every
+// count up to the read bound, exactly those are refused so, and the rest
+// (more layers than were written) are refused by what they then misread.
+TEST(CodecRefusals, ALayerCountTheInputCannotHoldIsRefusedBeforeTheListsAreReserved) {
+  std::unique_ptr<Layout> layout;
+  const std::string bytes = EncodedHybridLayout(&layout);
+  constexpr size_t kCountAt = 12, kMinLayer = 4 + 10 * 4 + 8;
+  uint32_t count = 0;
+  std::memcpy(&count, &bytes[kCountAt], 4);
+  ASSERT_EQ(count, layout->size());
+  const size_t left = bytes.size() - (kCountAt + 4);
+  ASSERT_LT(left / kMinLayer, 1024u);
+  const std::string list = "bad encoding at byte 16: layer list larger than the input";
+  size_t refused_as_list = 0;
+  for (uint32_t n = count + 1; n <= 1024; ++n) {
+    SCOPED_TRACE("layer count " + std::to_string(n));
+    std::string damaged = bytes;
+    std::memcpy(&damaged[kCountAt], &n, 4);
+    std::unique_ptr<Layout> out;
+    const Status s = DecodeLayout(damaged, &out);
+    ASSERT_FALSE(s.ok());
+    ASSERT_EQ(out, nullptr);
+    if (n > left / kMinLayer) {
+      EXPECT_EQ(s.message(), list);
+    } else {
+      EXPECT_NE(s.message(), list);
+    }
+    refused_as_list += s.message() == list;
+  }
+  EXPECT_EQ(refused_as_list, 1024 - left / kMinLayer);
+}
+
 // The key heads of a recurrent cache must divide its value heads: the field
 // is found as the first byte where the encodings of two caches that differ
 // only in key heads differ.
