@@ -224,7 +224,7 @@ bool SameOutLine(std::string_view fast, std::string_view ref, std::string* probl
 
 }  // namespace
 
-Cost EstimateCost(const trace::Program& program, double max_bytes) {
+Cost EstimateCost(const trace::Program& program) {
   using trace::Op;
   using trace::Statement;
   // Per row: bytes of one stored column over the attention layers, the
@@ -233,9 +233,9 @@ Cost EstimateCost(const trace::Program& program, double max_bytes) {
   // forward's inputs and outputs per column (q, k, v, o of attention
   // layers; x, gate, beta, y of ssm layers; the conv weights once).
   double bytes_per_column = 0, state_bytes = 0, record_per_token = 0, io_per_column = 0;
-  double io_fixed = 0, ssm_work_per_token = 0, values_per_column = 0;
+  double io_fixed = 0, values_per_column = 0;
   struct Attention {
-    double window, hd, capacity;  // capacity: columns a row may keep (rotating)
+    double window, hd;  // window: the columns a query may see (its ring's capacity)
   };
   std::vector<Attention> attention;
   for (const LayerConfig& d : program.layers) {
@@ -245,32 +245,27 @@ Cost EstimateCost(const trace::Program& program, double max_bytes) {
       record_per_token += 4.0 * (C + 2 * hk * d.dk + hv * d.dv + hv * d.dk + hv);
       io_per_column += 4.0 * (C + 2 * hv + hv * d.dv);
       io_fixed += 4.0 * d.conv * C;
-      ssm_work_per_token += hv * d.dv * d.dk * 4 + C * d.conv;
       values_per_column += hv * d.dv;
     } else {
       const double hd = double(d.heads) * d.dim;
       bytes_per_column += 8.0 * hd + 4;
       io_per_column += 16.0 * hd;
       values_per_column += hd;
-      attention.push_back({d.window > 0 ? double(d.RingCapacity()) : 1e300, hd,
-                           d.kind == CacheKind::kRotating ? double(d.RingCapacity()) : 1e300});
+      attention.push_back({d.window > 0 ? double(d.RingCapacity()) : 1e300, hd});
     }
   }
   Cost cost;
-  cost.created = program.rows * state_bytes;
-  cost.storage = cost.created;
+  cost.storage = program.rows * state_bytes;  // the states, at creation
   double columns = 0;  // every column ever written, per row
   double layouts = 1;
   double rows = program.rows;
   bool armed = false;
-  bool narrowed = false;  // a filter or extract may have left a single row
   for (const Statement& outer : program.body) {
     const bool nested =
         outer.op() == Op::kExpectError && outer.Get<trace::ExpectError>().inner;
     const Statement& st = nested ? *outer.Get<trace::ExpectError>().inner : outer;
     if (st.op() == Op::kFork || st.op() == Op::kExtract) layouts += 1;
     if (st.op() == Op::kJoin) rows = std::min(rows * 2, double(trace::kMaxRows));
-    if (st.op() == Op::kFilter || st.op() == Op::kExtract) narrowed = true;
     if (st.op() == Op::kArm) armed = true;
     if (st.op() == Op::kAccept) armed = false;
     if (st.op() != Op::kWindow && st.op() != Op::kDecode) continue;
@@ -278,44 +273,22 @@ Cost EstimateCost(const trace::Program& program, double max_bytes) {
     columns += L;
     // Growth by 1.5x from at least 16 columns.
     const double held = (columns + 16) * 1.5;
-    // What the runner's budget covers (RunOptions::max_bytes): stored
-    // columns and states of every layout (at most), and of the current one
-    // at least (this forward's columns, in as few rows as it may have).
-    const double budgeted = layouts * rows * (held * bytes_per_column + state_bytes);
-    const double fewest_rows = narrowed ? 1 : program.rows;
-    double least = fewest_rows * state_bytes;
-    for (const Attention& a : attention) {
-      least += fewest_rows * std::min(L, a.capacity) * (8 * a.hd + 4);
-    }
-    // The runner formats every query's values (`out` lines), printed or
-    // not: about a thousand steps each under ASan.
-    double work = ssm_work_per_token + values_per_column * 1000, visible = 0;
-    for (const Attention& a : attention) {
-      // A forward runs only when its layout fits the budget: a row then
-      // holds at most max_bytes / (rows * its bytes per column) columns of
-      // this layer.
-      const double fits = max_bytes / (rows * (8 * a.hd + 4));
-      const double seen = std::min({held, a.window + L, fits});
-      visible += seen;
-      // Attention and the read-back of each visible slot (and its text);
-      // the read-back asks the mask about every slot.
-      work += seen * (2 * a.hd + 8) + std::min(held, fits);
-    }
-    // Outside the budget: the forward's inputs and outputs, the round
-    // record, and the read-back's tags and lines (`sees`, `out`) of every
-    // query, kept until the forward's lines are printed.
-    const double unbudgeted = rows * L * (io_per_column + (armed ? record_per_token : 0) +
-                                          visible * 20 + values_per_column * 16) +
-                              io_fixed;
-    cost.unbudgeted = std::max(cost.unbudgeted, unbudgeted);
-    cost.storage = std::max(cost.storage, budgeted + unbudgeted);
-    if (least > max_bytes) break;  // the runner stops here (a limit)
-    cost.work += rows * L * work;
+    // Stored columns and states of every layout (at most).
+    const double stored = layouts * rows * (held * bytes_per_column + state_bytes);
+    double visible = 0;
+    for (const Attention& a : attention) visible += std::min(held, a.window + L);
+    // The forward's inputs and outputs, the round record, and the
+    // read-back's tags and lines (`sees`, `out`) of every query, kept until
+    // the forward's lines are printed.
+    const double forward = rows * L * (io_per_column + (armed ? record_per_token : 0) +
+                                       visible * 20 + values_per_column * 16) +
+                           io_fixed;
+    cost.storage = std::max(cost.storage, stored + forward);
   }
-  if (max_bytes >= 1e300) {
-    // Unbudgeted (fuzz_trace_parse, fuzz_targets): the estimate their caps
-    // were set with, every layout (joins double them) as large as the
-    // largest and each forward reading every column ever written.
+  {
+    // Work: the estimate the caps of fuzz_trace_parse and fuzz_targets were
+    // set with, every layout (joins double them) as large as the largest
+    // and each forward reading every column ever written.
     double lanes = 0, all_columns = 0, all_layouts = 1;
     for (const LayerConfig& d : program.layers) {
       lanes += d.kind == CacheKind::kSsm ? double(d.heads) * d.dv * d.dk : double(d.heads) * d.dim;

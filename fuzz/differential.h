@@ -28,27 +28,17 @@ struct RunnerOutcome {
 };
 
 // Upper bounds of what running a parsed program can cost (estimates for the
-// fuzz targets' caps; shared by fuzz_trace_parse, fuzz_targets and
-// fuzz_limits).
+// caps of fuzz_trace_parse and fuzz_targets, which run without the
+// runner's budgets).
 struct Cost {
   // Peak bytes of every buffer the run allocates: stored columns of all
-  // layouts, both recurrent state buffers of ssm caches, round records, and
-  // a forward's inputs and outputs.
+  // layouts, both recurrent state buffers of ssm caches, round records, a
+  // forward's inputs and outputs and its read-back, and the rings a
+  // rotating layer allocates whole.
   double storage = 0;
   double work = 0;  // attention, recurrence and read-back steps
-  // Of storage: the recurrent states a layout allocates when it is created,
-  // and the peak of what the runner's budget (RunOptions::max_bytes) does
-  // not cover (a forward's inputs, outputs, round record and read-back).
-  double created = 0;
-  double unbudgeted = 0;
 };
-// With `max_bytes` (fuzz_limits), work is counted forward by forward:
-// attention and read-back of the columns a layout within the budget can
-// hold, the formatting of every query's values, the recurrence; the run is
-// taken to stop (a limit) at the first forward whose stored columns and
-// states exceed the budget. Without it, work is the coarse estimate the
-// caps of fuzz_trace_parse and fuzz_targets were set with.
-Cost EstimateCost(const trace::Program& program, double max_bytes = 1e300);
+Cost EstimateCost(const trace::Program& program);
 
 // Whether a fuzz target should run `program`: false, with the reason in
 // *why, when it has more than max_statements statements, may cost more than

@@ -17,12 +17,4 @@ namespace kvspec::fuzz {
 // Always false when KVSPEC_FUZZ_NO_SKIP is set.
 bool MayReachKnownIssue(const trace::Program& program, std::string* which);
 
-// Issue 16 (open): the runner does not yet bound everything a near-limit
-// program makes it allocate or compute under a storage budget of
-// `max_bytes`. True when `program` may meet one of those cases (see
-// known_issues.cc); *which names it. Used by fuzz_limits only; delete it
-// (and its one call in fuzz/fuzz_limits.cc) when the runner bounds them.
-// Always false when KVSPEC_FUZZ_NO_SKIP is set.
-bool MayOutrunRunnerBounds(const trace::Program& program, size_t max_bytes, std::string* which);
-
 }  // namespace kvspec::fuzz
