@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 
-
 namespace kvspec::fuzz {
 
 // No known core bug is open. Fixed, with their regression inputs replayed
