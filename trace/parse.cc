@@ -105,14 +105,15 @@ bool Parser::Parse(std::string_view text) {
                             std::to_string(kMaxInputBytes) + ")");
   }
   // Size Program::lines and Program::body once: count the lines and the
-  // lines that hold a statement (first non-blank byte is not '#').
+  // lines that may hold a statement (first non-blank byte is not '#', nor a
+  // '\r', which either ends a blank line or is refused where it stands).
   size_t line_count = 0;
   bool seen_word = false;
   for (const char c : text) {
     if (c == '\n') {
       ++line_count;
       seen_word = false;
-    } else if (!seen_word && !IsBlank(c)) {
+    } else if (!seen_word && !IsBlank(c) && c != '\r') {
       seen_word = true;
       if (c != '#') ++statement_lines_;
     }

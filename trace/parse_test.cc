@@ -392,6 +392,33 @@ TEST(TraceParseTest, SixtyFourForksAndExtractsAreAllowed) {
   EXPECT_EQ(p.body.size(), 64u);
 }
 
+// The body is sized once, from a first pass that counts the lines whose
+// first non-blank byte starts a statement (the header's three lines among
+// them): comments and blank lines cost no Statement, however they are
+// indented (spaces, tabs, a '\r' before the newline). A trace of many
+// indented comments holds room for no more than its statement lines.
+TEST(TraceParseTest, IndentedCommentsAndBlankLinesReserveNoStatement) {
+  const std::string head = "trace 1\nrows 1\nlayer a kv\n";
+  const char* const kFillers[] = {"  # note\n", "\t#\n", " \t \n", "   \r\n",
+                                  "\t\t# a\r\n", "\n", "# top\n"};
+  for (const char* filler : kFillers) {
+    for (const int statements : {1, 3}) {
+      std::string text = head;
+      for (int s = 0; s < statements; ++s) {
+        for (int i = 0; i < 500; ++i) text += filler;
+        text += s % 2 == 0 ? "  decode\n" : "\tdecode ids=7\n";
+      }
+      for (int i = 0; i < 500; ++i) text += filler;
+      const Program p = MustParse(text);
+      EXPECT_EQ(p.body.size(), static_cast<size_t>(statements)) << filler;
+      EXPECT_LE(p.body.capacity(), p.body.size() + 3)
+          << "filler " << ::testing::PrintToString(std::string(filler))
+          << ": the body reserved room for lines that hold no statement";
+      EXPECT_EQ(p.lines.size(), 3u + 501u * statements + 500u) << filler;
+    }
+  }
+}
+
 TEST(TraceParseTest, ErrorToStringAndKindNames) {
   SyntaxError e;
   e.file = "dir/a.trace";
