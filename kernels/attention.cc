@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #undef HWY_TARGET_INCLUDE
@@ -209,11 +210,14 @@ HWY_INLINE size_t AdmittedRows(const Block<T>& b, int32_t lo, int32_t hi,
 // keeps working while a block computes, as one core's hardware prefetcher
 // alone does not (decode over 32768 fp32 tokens: 25% less time here than
 // with the next block's prefetches issued at once before its computation).
-// Each block's rows are requested into L1 as its computation starts
-// (PrefetchSpanL1): on a Zen 5 core (AVX3), cold fp32 decode of 16384
-// and 32768 tokens, dims 64 to 256, took 6-20% less time than without
-// (two alternated rounds, medians of 3), bf16 and window unchanged
-// within the spread.
+// With fp32 storage, each block's rows are also requested into L1 as its
+// computation starts (PrefetchSpanL1): on a Zen 5 core (AVX3), cold fp32
+// decode of 16384 and 32768 tokens, dims 64 to 256, took 6-21% less time
+// than without in five alternated rounds (medians of 3 each), the window
+// the same within the spread. Not with bf16, whose widening makes a
+// block's computation longer: there it was 5-7% slower at dim 64 and up
+// to 14% faster at dim 256 (the best of three rounds each), so it is left
+// as it was.
 template <typename T, class Sink>
 HWY_INLINE void ForEachBlock(const AttendPlan& p, const QueryTile& tile, const T* head,
                              AttendScratch<T>& scratch, Sink& sink, int32_t begin,
@@ -229,7 +233,9 @@ HWY_INLINE void ForEachBlock(const AttendPlan& p, const QueryTile& tile, const T
     next.n = 0;
     if (t0 + block < slots) GatherBlock(p, tile, head, t0 + block, end, &next);
     size_t npf = next.n;  // given to the block's first call only
-    for (size_t k = 0; k < cur.n; ++k) PrefetchSpanL1(cur.rows[k], row_bytes);
+    if constexpr (std::is_same_v<T, float>) {
+      for (size_t k = 0; k < cur.n; ++k) PrefetchSpanL1(cur.rows[k], row_bytes);
+    }
     for (int32_t qi = tile.q0; qi < tile.q1 && cur.n > 0; ++qi) {
       const int32_t lo = tile.lo[qi];
       const int32_t hi = tile.hi[qi];
