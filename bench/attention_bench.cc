@@ -69,6 +69,7 @@
 #include "bench/limits.h"
 #include "bench/records.h"
 #include "bench/target_scope.h"
+#include "kernels/aligned_vector.h"
 #include "kernels/attention.h"
 #include "kernels/thread_pool.h"
 #include "core/cache.h"
@@ -133,8 +134,8 @@ struct Shape {
 // copied (fp32) or converted (bf16) into arrays the case owns, with the
 // same strides, and the cache is released.
 struct AttentionCase {
-  std::vector<float> k, v;
-  std::vector<uint16_t> k16, v16;
+  AlignedVector<float> k, v;  // 64-byte aligned, as the library's caches
+  AlignedVector<uint16_t> k16, v16;
   std::vector<int32_t> slot_pos;
   KvView view;
   Mask mask;

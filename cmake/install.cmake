@@ -13,7 +13,7 @@ set(kvspec_install_include ${CMAKE_INSTALL_INCLUDEDIR}/kvspec)
 
 # The public headers of each folder.
 set(kvspec_public_headers
-  kernels/attention.h kernels/conv1d.h kernels/gated_delta.h kernels/kv_view.h
+  kernels/aligned_vector.h kernels/attention.h kernels/conv1d.h kernels/gated_delta.h kernels/kv_view.h
   kernels/mask.h
   core/batch.h core/cache.h core/kind.h core/kv_cache.h core/layer_config.h
   core/layout.h core/mask.h core/ssm_cache.h core/status.h

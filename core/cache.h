@@ -83,8 +83,8 @@ class Hasher {
   }
   template <class T>
   void Value(const T& v) { Bytes(&v, sizeof(v)); }
-  template <class T>
-  void Vector(const std::vector<T>& v) {
+  template <class T, class A>
+  void Vector(const std::vector<T, A>& v) {
     Value(static_cast<uint64_t>(v.size()));
     if (!v.empty()) Bytes(v.data(), v.size() * sizeof(T));
   }

@@ -136,8 +136,8 @@ void ColumnStore::ReserveAppend(const ForwardColumns& cols, AppendSpace* space) 
 void ColumnStore::Relayout(AppendSpace* space, int64_t keep) {
   const size_t dim = static_cast<size_t>(dim_);
   const size_t slots = space->slots;
-  std::vector<float>& k = space->k;
-  std::vector<float>& v = space->v;
+  AlignedVector<float>& k = space->k;
+  AlignedVector<float>& v = space->v;
   std::vector<int32_t>& pos = space->pos;
   for (int r = 0; r < rows_; ++r) {
     for (int64_t c = 0; c < keep; ++c) {

@@ -13,6 +13,7 @@
 #include "core/cache.h"
 #include "core/invariants.h"
 #include "core/mask.h"
+#include "kernels/aligned_vector.h"
 #include "kernels/kv_view.h"
 
 namespace kvspec {
@@ -23,7 +24,7 @@ namespace kvspec {
 struct AppendSpace {
   size_t slots = 0;                // the buffer's slots after the append
   bool relayout = false;           // k, v and pos are the new buffer
-  std::vector<float> k, v;         // [rows][kv_heads][slots][dim]
+  AlignedVector<float> k, v;       // [rows][kv_heads][slots][dim]
   std::vector<int32_t> pos;        // [rows][slots]
   std::vector<int32_t> last_write; // [rows]
 };
@@ -208,7 +209,7 @@ class ColumnStore : public AttentionCache {
   size_t slots_ = 0;               // S: physical slots per row
   size_t first_ = 0;               // slot of the oldest held column
   int64_t held_ = 0;               // columns physically held (<= S)
-  std::vector<float> k_, v_;       // [rows][kv_heads][S][dim]
+  AlignedVector<float> k_, v_;     // [rows][kv_heads][S][dim], 64-byte aligned
   std::vector<int32_t> slot_pos_;  // [rows][S]; -1: no visible token
   std::vector<int32_t> next_;      // [rows] next position
   // Pad columns among each row's held columns: while no row holds one, a

@@ -115,7 +115,7 @@ uint64_t SsmCacheBase::RowStateHash(int row) const {
 }
 
 std::vector<float> SsmCacheBase::StatesTraceOrder() const {
-  std::vector<float> out(state_);
+  std::vector<float> out(state_.begin(), state_.end());
   const size_t conv = shape_.ConvFloats();
   const size_t C = shape_.Channels(), K = static_cast<size_t>(shape_.conv);
   for (size_t b = 0; b < static_cast<size_t>(rows_) * 2; ++b) {
@@ -127,7 +127,7 @@ std::vector<float> SsmCacheBase::StatesTraceOrder() const {
 }
 
 void SsmCacheBase::StatesFromTraceOrder() {
-  const std::vector<float> in(state_);
+  const std::vector<float> in(state_.begin(), state_.end());
   const size_t conv = shape_.ConvFloats();
   const size_t C = shape_.Channels(), K = static_cast<size_t>(shape_.conv);
   for (size_t b = 0; b < static_cast<size_t>(rows_) * 2; ++b) {

@@ -44,6 +44,7 @@
 
 #include "core/cache.h"
 #include "core/invariants.h"
+#include "kernels/aligned_vector.h"
 #include "kernels/gated_delta.h"
 
 namespace kvspec {
@@ -187,7 +188,7 @@ class SsmCacheBase : public Cache {
   int rows_;
   SsmShape shape_;
   size_t row_floats_;              // conv + recurrent floats of one buffer
-  std::vector<float> state_;       // [rows][2][conv | recurrent]
+  AlignedVector<float> state_;     // [rows][2][conv | recurrent], 64-byte aligned
   std::vector<uint8_t> active_;    // [rows] current buffer (0 or 1)
   std::vector<int32_t> next_;      // [rows]
   int64_t columns_ = 0;

@@ -174,6 +174,41 @@ void* operator new[](size_t size, const std::nothrow_t&) noexcept {
 }
 void operator delete(void* p, const std::nothrow_t&) noexcept { operator delete(p); }
 void operator delete[](void* p, const std::nothrow_t&) noexcept { operator delete(p); }
+// And the aligned forms: the caches' storage (kernels/aligned_vector.h) is
+// allocated through them, so the bound above counts it too.
+void* operator new(size_t size, std::align_val_t align) {
+  void* p = nullptr;
+  if (posix_memalign(&p, std::max(static_cast<size_t>(align), sizeof(void*)),
+                     size == 0 ? 1 : size) != 0) {
+    throw std::bad_alloc();
+  }
+  if (g_allocations.counting) {
+    g_allocations.live += malloc_usable_size(p);
+    g_allocations.peak = std::max(g_allocations.peak, g_allocations.live);
+  }
+  return p;
+}
+void* operator new[](size_t size, std::align_val_t align) { return operator new(size, align); }
+void operator delete(void* p, std::align_val_t) noexcept { operator delete(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { operator delete(p); }
+void operator delete(void* p, size_t, std::align_val_t) noexcept { operator delete(p); }
+void operator delete[](void* p, size_t, std::align_val_t) noexcept { operator delete(p); }
+void* operator new(size_t size, std::align_val_t align, const std::nothrow_t&) noexcept {
+  try {
+    return operator new(size, align);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](size_t size, std::align_val_t align, const std::nothrow_t&) noexcept {
+  return operator new(size, align, std::nothrow);
+}
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  operator delete(p);
+}
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  operator delete(p);
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

@@ -42,8 +42,8 @@ class Writer {
     Value<uint32_t>(static_cast<uint32_t>(s.size()));
     Raw(s.data(), s.size());
   }
-  template <class T>
-  void Vector(const std::vector<T>& v) {
+  template <class T, class A>
+  void Vector(const std::vector<T, A>& v) {
     Value<uint64_t>(v.size());
     if (!v.empty()) Raw(v.data(), v.size() * sizeof(T));
   }
@@ -122,8 +122,8 @@ class Reader {
   }
   // A vector whose element count must equal `expected` (when >= 0); the
   // count is checked against the bytes left before allocating.
-  template <class T>
-  bool Vector(std::vector<T>* v, int64_t expected, const char* name) {
+  template <class T, class A>
+  bool Vector(std::vector<T, A>* v, int64_t expected, const char* name) {
     uint64_t n = 0;
     if (!Value(&n)) return false;
     if (expected >= 0 && n != static_cast<uint64_t>(expected)) {

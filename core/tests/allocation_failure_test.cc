@@ -44,22 +44,34 @@ bool g_injected = false;   // an allocation was failed since the last arm
 size_t g_live = 0;         // bytes live through operator new
 size_t g_peak = 0;         // the most live since the last ResetPeak
 
-void* Allocate(size_t n) {
+// align: 0 for operator new's 16 bytes, else the align_val_t of the aligned
+// forms (the caches' storage, kernels/aligned_vector.h): the header then
+// takes a whole alignment unit, so the block stays aligned.
+size_t HeaderFor(size_t align) { return align > kHeader ? align : kHeader; }
+
+void* Allocate(size_t n, size_t align = 0) {
   if (g_countdown > 0 && --g_countdown == 0) {
     g_injected = true;
     throw std::bad_alloc();
   }
-  void* block = std::malloc(n + kHeader);
+  const size_t header = HeaderFor(align);
+  void* block = nullptr;
+  if (align == 0) {
+    block = std::malloc(n + header);
+  } else if (posix_memalign(&block, align < sizeof(void*) ? sizeof(void*) : align, n + header) !=
+             0) {
+    block = nullptr;
+  }
   if (!block) throw std::bad_alloc();
   std::memcpy(block, &n, sizeof(n));
   g_live += n;
   if (g_live > g_peak) g_peak = g_live;
-  return static_cast<char*>(block) + kHeader;
+  return static_cast<char*>(block) + header;
 }
 
-void Release(void* p) {
+void Release(void* p, size_t align = 0) {
   if (!p) return;
-  void* block = static_cast<char*>(p) - kHeader;
+  void* block = static_cast<char*>(p) - HeaderFor(align);
   size_t n;
   std::memcpy(&n, block, sizeof(n));
   g_live -= n;
@@ -84,6 +96,34 @@ void operator delete(void* p, size_t) noexcept { Release(p); }
 void operator delete[](void* p, size_t) noexcept { Release(p); }
 void operator delete(void* p, const std::nothrow_t&) noexcept { Release(p); }
 void operator delete[](void* p, const std::nothrow_t&) noexcept { Release(p); }
+void* operator new(size_t n, std::align_val_t a) { return Allocate(n, static_cast<size_t>(a)); }
+void* operator new[](size_t n, std::align_val_t a) { return Allocate(n, static_cast<size_t>(a)); }
+void* operator new(size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  try {
+    return Allocate(n, static_cast<size_t>(a));
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* operator new[](size_t n, std::align_val_t a, const std::nothrow_t& t) noexcept {
+  return operator new(n, a, t);
+}
+void operator delete(void* p, std::align_val_t a) noexcept { Release(p, static_cast<size_t>(a)); }
+void operator delete[](void* p, std::align_val_t a) noexcept {
+  Release(p, static_cast<size_t>(a));
+}
+void operator delete(void* p, size_t, std::align_val_t a) noexcept {
+  Release(p, static_cast<size_t>(a));
+}
+void operator delete[](void* p, size_t, std::align_val_t a) noexcept {
+  Release(p, static_cast<size_t>(a));
+}
+void operator delete(void* p, std::align_val_t a, const std::nothrow_t&) noexcept {
+  Release(p, static_cast<size_t>(a));
+}
+void operator delete[](void* p, std::align_val_t a, const std::nothrow_t&) noexcept {
+  Release(p, static_cast<size_t>(a));
+}
 
 namespace kvspec {
 namespace {

@@ -3,12 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "kernels/attention.h"
 #include "core/kv_cache.h"
 #include "core/mask.h"
+#include "core/ssm_cache.h"
+#include "kernels/aligned_vector.h"
 
 namespace kvspec {
 namespace {
@@ -154,6 +158,53 @@ TEST(KvCache, CopyIsDeep) {
   EXPECT_EQ(HashOf(*b), hb);
   EXPECT_EQ(b->positions()[0], 2);
   EXPECT_EQ(b->kind(), "kv");
+}
+
+bool StartsACacheLine(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % kCacheLine == 0;
+}
+
+// The caches' storage starts on a cache line (kernels/aligned_vector.h): rows
+// of 16 floats or a multiple of it then each start one, so a 512-bit load of
+// a row touches one line. Checked after each growth of a plain buffer, for a
+// ring, for copies, and for every recurrent state buffer of a batched ssm
+// cache whose conv and recurrent parts are multiples of 16 floats.
+TEST(CacheStorage, RowsOfSixteenFloatsStartACacheLine) {
+  const int dim = 64;
+  const auto x = Filled(3 * 2 * 40 * dim, 0.5f);
+  BatchedKvCache plain(3, 2, dim);
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_TRUE(plain.Append(ForwardColumns::Dense(3, 1, /*decode=*/true), x.data(), x.data()).ok());
+    const KvView view = plain.View();
+    for (int r = 0; r < 3; ++r) {
+      for (int h = 0; h < 2; ++h) {
+        for (int32_t t = 0; t < view.slots; ++t) {
+          ASSERT_TRUE(StartsACacheLine(view.Key(r, h, t))) << i << " " << r << " " << h << " " << t;
+          ASSERT_TRUE(StartsACacheLine(view.Value(r, h, t))) << i << " " << r << " " << h << " " << t;
+        }
+      }
+    }
+  }
+  BatchedRotatingCache ring(2, 2, dim, 8, 12);
+  ASSERT_TRUE(ring.Append(ForwardColumns::Dense(2, 5), x.data(), x.data()).ok());
+  const std::unique_ptr<Cache> copy = ring.Copy();
+  const Cache* rings[] = {&ring, copy.get()};
+  for (const Cache* c : rings) {
+    const KvView view = c->AsColumnStore()->View();
+    EXPECT_TRUE(StartsACacheLine(view.k));
+    EXPECT_TRUE(StartsACacheLine(view.v));
+  }
+  SsmShape shape;
+  shape.value_heads = 2;
+  shape.key_heads = 1;
+  shape.dk = 16;
+  shape.dv = 32;
+  shape.conv = 4;  // conv: 3 x 64 channels; recurrent: 2 x 16 x 32
+  BatchedSsmCache ssm(3, shape);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(StartsACacheLine(ssm.ConvState(r))) << r;
+    EXPECT_TRUE(StartsACacheLine(ssm.RecurrentState(r))) << r;
+  }
 }
 
 TEST(Attention, MaskedSlotsHoldingNaNContributeNothing) {

@@ -11,6 +11,7 @@
 // executable so that no other test runs under them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -28,12 +29,17 @@ namespace {
 long g_countdown = 0;     // > 0: the allocation that brings it to 0 fails
 bool g_injected = false;  // an allocation was failed since the last arming
 
-void* Allocate(size_t n) {
+void* Allocate(size_t n, size_t align = 0) {
   if (g_countdown > 0 && --g_countdown == 0) {
     g_injected = true;
     throw std::bad_alloc();
   }
-  void* p = std::malloc(n == 0 ? 1 : n);
+  void* p = nullptr;
+  if (align == 0) {
+    p = std::malloc(n == 0 ? 1 : n);
+  } else if (posix_memalign(&p, std::max(align, sizeof(void*)), n == 0 ? 1 : n) != 0) {
+    p = nullptr;
+  }
   if (!p) throw std::bad_alloc();
   return p;
 }
@@ -56,6 +62,25 @@ void operator delete(void* p, size_t) noexcept { std::free(p); }
 void operator delete[](void* p, size_t) noexcept { std::free(p); }
 void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+// The aligned forms too: the caches' storage (kernels/aligned_vector.h).
+void* operator new(size_t n, std::align_val_t a) { return Allocate(n, static_cast<size_t>(a)); }
+void* operator new[](size_t n, std::align_val_t a) { return Allocate(n, static_cast<size_t>(a)); }
+void* operator new(size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  try {
+    return Allocate(n, static_cast<size_t>(a));
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* operator new[](size_t n, std::align_val_t a, const std::nothrow_t& t) noexcept {
+  return operator new(n, a, t);
+}
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace kvspec {
 namespace {
