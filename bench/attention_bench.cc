@@ -148,7 +148,7 @@ struct AttentionCase {
 struct WorkingSet {
   Shape shape;
   std::vector<std::unique_ptr<AttentionCase>> cases;
-  std::vector<uint64_t> stream;  // the bandwidth probes' buffer
+  AlignedVector<uint64_t> stream;  // the bandwidth probes' buffer (64-byte aligned)
 };
 
 WorkingSet& Resident() {
@@ -271,7 +271,7 @@ Record& StreamRecord() {
   static Record* record = new Record();
   return *record;
 }
-const std::vector<uint64_t>& StreamBuffer() {
+const AlignedVector<uint64_t>& StreamBuffer() {
   WorkingSet& set = Resident();
   if (set.stream.empty()) {
     set = WorkingSet();  // drop any caches before allocating another GiB
@@ -284,7 +284,7 @@ const std::vector<uint64_t>& StreamBuffer() {
 // Sums a buffer of kColdBytes: four independent integer accumulators, which
 // gcc vectorizes at the baseline (SSE2) without any reassociation license.
 void BM_StreamRead(benchmark::State& state) {
-  const std::vector<uint64_t>& buffer = StreamBuffer();
+  const AlignedVector<uint64_t>& buffer = StreamBuffer();
   const uint64_t* data = buffer.data();
   const size_t n = buffer.size();
   const double start = ProcessSeconds();
@@ -308,7 +308,7 @@ void BM_StreamRead(benchmark::State& state) {
 // Adds one to every word of a kColdBytes buffer in place; counts the bytes
 // read and the bytes written.
 void BM_StreamReadWrite(benchmark::State& state) {
-  std::vector<uint64_t>& buffer = const_cast<std::vector<uint64_t>&>(StreamBuffer());
+  AlignedVector<uint64_t>& buffer = const_cast<AlignedVector<uint64_t>&>(StreamBuffer());
   uint64_t* data = buffer.data();
   const size_t n = buffer.size();
   for (auto _ : state) {
@@ -641,7 +641,7 @@ void RegisterAll() {
       const std::string name = std::string("BM_ReadProbe/") + hwy::TargetName(target) + "/" +
                                std::to_string(n) + "/" + std::to_string(bytes / 1024);
       benchmark::RegisterBenchmark(name.c_str(), [target, bytes, n](benchmark::State& state) {
-        const std::vector<uint64_t>& buffer = StreamBuffer();
+        const AlignedVector<uint64_t>& buffer = StreamBuffer();
         bench::ReadProbe(state, target, buffer.data(), bytes, n);
       })->Unit(bytes >= bench::kDramProbeBytes ? benchmark::kMillisecond : benchmark::kNanosecond);
     }

@@ -82,6 +82,7 @@
 #include "bench/records.h"
 #include "bench/target_scope.h"
 #include "core/cache.h"
+#include "kernels/aligned_vector.h"
 #include "kernels/conv1d.h"
 #include "kernels/gated_delta.h"
 #include "kernels/thread_pool.h"
@@ -198,8 +199,9 @@ struct WorkingSet {
   int value_heads = -1;
   int rows = -1;
   std::vector<std::unique_ptr<SsmCacheBase>> caches;
-  std::vector<float> stream_a;  // kStreamBytes
-  std::vector<float> stream_b;  // kStreamBytes (BM_StreamReadWrite's destination)
+  // The probes' buffers start on a cache line, as the caches' storage does.
+  AlignedVector<float> stream_a;  // kStreamBytes
+  AlignedVector<float> stream_b;  // kStreamBytes (BM_StreamReadWrite's destination)
 };
 
 WorkingSet& Resident() {
@@ -227,10 +229,10 @@ size_t ColdCount(const SsmShape& s, int rows) {
   return std::max<size_t>((kColdBytes + bytes - 1) / bytes, 2);
 }
 
-std::vector<float>& StreamBuffer(std::vector<float> WorkingSet::*which) {
+AlignedVector<float>& StreamBuffer(AlignedVector<float> WorkingSet::*which) {
   WorkingSet& set = Resident();
   if (set.value_heads != -1) set = WorkingSet();  // drop caches before another GiB
-  std::vector<float>& buffer = set.*which;
+  AlignedVector<float>& buffer = set.*which;
   if (buffer.empty()) {
     buffer.resize(kStreamBytes / sizeof(float));
     for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<float>(i & 1023);
@@ -254,7 +256,7 @@ Record& StreamReadWriteInPlace() {
 // Sums 1 GiB as 32-bit integers, four independent accumulators (vectorised
 // by gcc at the SSE2 baseline without any reassociation licence).
 void BM_StreamRead(benchmark::State& state) {
-  const std::vector<float>& a = StreamBuffer(&WorkingSet::stream_a);
+  const AlignedVector<float>& a = StreamBuffer(&WorkingSet::stream_a);
   const uint32_t* data = reinterpret_cast<const uint32_t*>(a.data());
   const size_t n = a.size();
   const double start = ProcessSeconds();
@@ -278,8 +280,8 @@ void BM_StreamRead(benchmark::State& state) {
 // bytes written (the write-allocate reads of b are extra traffic the
 // counter does not credit).
 void BM_StreamReadWrite(benchmark::State& state) {
-  std::vector<float>& a = StreamBuffer(&WorkingSet::stream_a);
-  std::vector<float>& b = StreamBuffer(&WorkingSet::stream_b);
+  AlignedVector<float>& a = StreamBuffer(&WorkingSet::stream_a);
+  AlignedVector<float>& b = StreamBuffer(&WorkingSet::stream_b);
   const float* src = a.data();
   float* dst = b.data();
   const size_t n = a.size();
@@ -298,7 +300,7 @@ void BM_StreamReadWrite(benchmark::State& state) {
 // a = s * a over 1 GiB in place (s alternating 2 and 1/2, exact): the
 // access pattern of an in-place state update, no write-allocate traffic.
 void BM_StreamReadWriteInPlace(benchmark::State& state) {
-  std::vector<float>& a = StreamBuffer(&WorkingSet::stream_a);
+  AlignedVector<float>& a = StreamBuffer(&WorkingSet::stream_a);
   float* data = a.data();
   const size_t n = a.size();
   float scale = 2.0f;
@@ -320,7 +322,7 @@ void BM_StreamReadWriteInPlace(benchmark::State& state) {
 // (bench::ScaleInPlace). A GB/s figure to set beside the hot step, not a
 // DRAM limit.
 void BM_StreamReadWriteInPlaceHot(benchmark::State& state, size_t bytes) {
-  std::vector<float> a(bytes / sizeof(float));
+  AlignedVector<float> a(bytes / sizeof(float));
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i & 1023);
   float scale = 2.0f;
   const double start = ProcessSeconds();
@@ -342,7 +344,7 @@ void BM_StreamReadWriteInPlaceHot(benchmark::State& state, size_t bytes) {
 // Reads a buffer of `bytes` kept in cache (bench::ReadStreams, one stream):
 // the read-only counterpart of BM_StreamReadWriteInPlaceHot.
 void BM_StreamReadHot(benchmark::State& state, size_t bytes) {
-  std::vector<float> a(bytes / sizeof(float));
+  AlignedVector<float> a(bytes / sizeof(float));
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i & 1023);
   const size_t read = bench::ReadStreamsBytes(bytes, 1);
   const double start = ProcessSeconds();

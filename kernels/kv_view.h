@@ -26,7 +26,10 @@ inline uint16_t FloatToBf16(float f) {
 }
 
 // Read access to one attention layer's stored keys and values, in physical
-// slot order, for the kernels and for inspection.
+// slot order, for the kernels and for inspection. Any alignment is read
+// correctly; arrays starting on a 64-byte line (as the caches' own storage
+// does, kernels/aligned_vector.h) keep each row of 16 floats or a multiple
+// on whole lines, so no vector load straddles two.
 struct KvView {
   const float* k = nullptr;  // [rows][kv_heads][capacity][dim]
   const float* v = nullptr;  // [rows][kv_heads][capacity][dim]
