@@ -6,9 +6,9 @@
 // shape that is a multiple of 16 floats) starts a line: a 512-bit load of it
 // touches one line, not two. With std::vector's 16-byte alignment every
 // AVX-512 load of such a row straddles two lines; on a Zen 5 core (AVX3) the
-// gated delta step over 16 heads of 128 x 128 took 25.2 us with its state
-// 16 bytes past a line and 17.5-18.2 us with it on one (scratch harness,
-// medians of 9; see README "Measured figures").
+// hot recurrent step over 16 heads of 128 x 128 took 25.3-27.4 us with its
+// state 16 bytes past a line and 18.8-20.0 us with it on one
+// (BM_DecodeHot/AVX3/16/1; README "Measured figures", stop 31).
 #pragma once
 
 #include <cstddef>
