@@ -114,26 +114,22 @@ uint64_t SsmCacheBase::RowStateHash(int row) const {
   return h.value();
 }
 
-std::vector<float> SsmCacheBase::StatesTraceOrder() const {
-  std::vector<float> out(state_.begin(), state_.end());
+void SsmCacheBase::BufferTraceOrder(size_t b, float* out) const {
   const size_t conv = shape_.ConvFloats();
   const size_t C = shape_.Channels(), K = static_cast<size_t>(shape_.conv);
-  for (size_t b = 0; b < static_cast<size_t>(rows_) * 2; ++b) {
-    ConvStateToTrace(&state_[b * row_floats_], &out[b * row_floats_], C, K);
-    GatedDeltaStateToTrace(&state_[b * row_floats_ + conv], &out[b * row_floats_ + conv],
-                           shape_.Delta());
-  }
-  return out;
+  ConvStateToTrace(&state_[b * row_floats_], out, C, K);
+  GatedDeltaStateToTrace(&state_[b * row_floats_ + conv], out + conv, shape_.Delta());
 }
 
 void SsmCacheBase::StatesFromTraceOrder() {
-  const std::vector<float> in(state_.begin(), state_.end());
+  std::vector<float> in(row_floats_);
   const size_t conv = shape_.ConvFloats();
   const size_t C = shape_.Channels(), K = static_cast<size_t>(shape_.conv);
   for (size_t b = 0; b < static_cast<size_t>(rows_) * 2; ++b) {
-    ConvStateFromTrace(&in[b * row_floats_], &state_[b * row_floats_], C, K);
-    GatedDeltaStateFromTrace(&in[b * row_floats_ + conv], &state_[b * row_floats_ + conv],
-                             shape_.Delta());
+    float* buffer = &state_[b * row_floats_];
+    std::copy(buffer, buffer + row_floats_, in.begin());
+    ConvStateFromTrace(in.data(), buffer, C, K);
+    GatedDeltaStateFromTrace(in.data() + conv, buffer + conv, shape_.Delta());
   }
 }
 

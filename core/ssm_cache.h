@@ -180,9 +180,13 @@ class SsmCacheBase : public Cache {
   // Replays one recorded token (layout of Step's record).
   void Replay(const float* src, float* dst, const float* rec);
   size_t RecordFloats() const;
-  // state_ with every buffer's conv and recurrent states in trace order (the
-  // codec's format), and the reverse conversion of state_ in place.
-  std::vector<float> StatesTraceOrder() const;
+  // The codec's format is state_ with every buffer's conv and recurrent
+  // states in trace order. BufferTraceOrder writes buffer b (row b / 2,
+  // buffer b % 2) of state_ in that order to out[0, row_floats_);
+  // StatesFromTraceOrder converts state_ read in that order back in place,
+  // one buffer at a time through a buffer-sized scratch (so neither needs a
+  // copy of every state).
+  void BufferTraceOrder(size_t b, float* out) const;
   void StatesFromTraceOrder();
 
   int rows_;

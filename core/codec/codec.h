@@ -18,7 +18,8 @@
 // allocates before its vectors are read is checked against the bytes left
 // (column stores: 12 bytes per row against 4 required; recurrent caches:
 // their states, a scratch of at most 3 x the recurrent state since key
-// heads divide value heads, 5 bytes per row; round records' headers 24
+// heads divide value heads, 5 bytes per row, and one row buffer's copy while
+// the states are put back in kernel order; round records' headers 24
 // bytes per 8 required); the layer lists are reserved against 52 bytes per
 // layer; the rest (strings of at most 256 bytes, messages) fits the slack.
 // fuzz_codec_decode measures it with a counting operator new and traps

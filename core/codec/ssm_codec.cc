@@ -20,7 +20,14 @@ void CacheCodec::EncodeSsm(const SsmCacheBase& c, Writer& w) {
   w.Value<int32_t>(c.shape_.conv);
   w.Value<uint8_t>(c.shape_.gate_per_lane ? 1 : 0);
   w.Value<int64_t>(c.columns_);
-  w.Vector(c.StatesTraceOrder());  // recurrent states in trace order
+  // The states in trace order, as one vector: its count, then each buffer
+  // converted through a buffer-sized scratch.
+  w.Value<uint64_t>(c.state_.size());
+  std::vector<float> buffer(c.row_floats_);
+  for (size_t b = 0; b < static_cast<size_t>(c.rows_) * 2; ++b) {
+    c.BufferTraceOrder(b, buffer.data());
+    w.Raw(buffer.data(), buffer.size() * sizeof(float));
+  }
   w.Vector(c.active_);
   w.Vector(c.next_);
   w.Value<uint8_t>(c.armed_ ? 1 : 0);

@@ -31,6 +31,7 @@
 #include "core/batch.h"
 #include "core/codec/codec.h"
 #include "core/layout.h"
+#include "core/ssm_cache.h"
 #include "testing/fill.h"
 
 // ---------------------------------------------------------------------------
@@ -556,6 +557,38 @@ TEST(AllocationFailure, GatheredRingsAreSizedFromWhatTheyHold) {
   Feed(layout.get(), ForwardColumns::Dense(2, 1, true), 6);
   EXPECT_EQ(layout->allocatedBytes(), 2 * 60000 * slot);
   EXPECT_EQ(layout->positions(), (std::vector<int32_t>{3, 2}));
+}
+
+// Saving and loading a recurrent cache converts its states between kernel
+// and trace order one buffer (a row's conv and recurrent state) at a time:
+// neither holds a second copy of every state beside the cache and the bytes.
+TEST(AllocationFailure, PersistingRecurrentStatesHoldsOneBufferBesideThem) {
+  SsmShape shape;
+  shape.value_heads = 4;
+  shape.key_heads = 2;
+  shape.dk = 64;
+  shape.dv = 64;
+  shape.conv = 4;
+  constexpr int kRows = 8;
+  const size_t channels = 2 * 2 * 64 + 4 * 64;
+  const size_t buffer_bytes = (3 * channels + 4 * 64 * 64) * sizeof(float);  // 71,680
+  const size_t states_bytes = kRows * 2 * buffer_bytes;                         // 1,146,880
+  constexpr size_t kSmall = size_t{64} << 10;  // scratch, packed weights, lists
+  BatchedSsmCache cache(kRows, shape);
+  std::string bytes;
+  size_t start = g_live;
+  g_peak = g_live;
+  ASSERT_TRUE(EncodeCache(cache, &bytes).ok());
+  ASSERT_GT(bytes.size(), states_bytes);
+  EXPECT_LE(g_peak - start, bytes.capacity() + 1 + buffer_bytes + kSmall);
+  std::unique_ptr<Cache> decoded;
+  start = g_live;
+  g_peak = g_live;
+  ASSERT_TRUE(DecodeCache(bytes, &decoded).ok());
+  EXPECT_LE(g_peak - start, states_bytes + buffer_bytes + kSmall);
+  std::string again;
+  ASSERT_TRUE(EncodeCache(*decoded, &again).ok());
+  EXPECT_EQ(again, bytes);
 }
 
 }  // namespace
