@@ -519,7 +519,7 @@ def run(adapter, files, compare=True, as_json=False, out=None, lenient=False):
         mode = "pure Python: the traces' own expectations only (kvspec._core not available)"
     else:
         mode = "the traces' own expectations only (--no-compare)"
-    start = time.time()
+    start = time.monotonic()
     for path in files:
         result = run_file(path, adapter, compare, lenient)
         results.append(result)
@@ -530,7 +530,7 @@ def run(adapter, files, compare=True, as_json=False, out=None, lenient=False):
                    "passed": sum(r.status == "pass" for r in results),
                    "failed": sum(r.status == "fail" for r in results),
                    "not_applicable": sum(r.status == "not applicable" for r in results),
-                   "seconds": round(time.time() - start, 3)}, out, indent=1)
+                   "seconds": round(time.monotonic() - start, 3)}, out, indent=1)
         print(file=out)
     else:
         print("# mode: %s" % mode, file=out)

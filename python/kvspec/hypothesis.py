@@ -117,7 +117,7 @@ def machine(adapter, kinds=("kv", "rotating"), lenient=False, keep_going=False):
         @classmethod
         def tick(cls):
             """A progress line at least every ``progress`` seconds."""
-            now = time.time()
+            now = time.monotonic()
             if cls.progress and now - cls.last_tick >= cls.progress:
                 cls.last_tick = now
                 print("# progress: %d examples, %d passed, %d failed (%d classes), %.0f s%s" % (
@@ -207,7 +207,7 @@ def machine(adapter, kinds=("kv", "rotating"), lenient=False, keep_going=False):
                     Machine.failures[sig] = Machine.failures.get(sig, 0) + 1
             Recorder.last_failure = (text, "line %d: %s" % (line, message))
             if not Machine.found:
-                Machine.shrink_start = time.time()
+                Machine.shrink_start = time.monotonic()
             Machine.found = True
             raise AssertionError("line %d: %s\n%s" % (line, message, text))
 
@@ -227,7 +227,7 @@ def machine(adapter, kinds=("kv", "rotating"), lenient=False, keep_going=False):
         def setup(self, header):
             self.header = header
             if Machine.found and Machine.shrink_limit and \
-                    time.time() - Machine.shrink_start > Machine.shrink_limit:
+                    time.monotonic() - Machine.shrink_start > Machine.shrink_limit:
                 # keep_going: shrinking ran out of time; the remaining
                 # attempts do nothing (Hypothesis then ends the shrink)
                 Machine.shrink_cut = True
@@ -447,11 +447,11 @@ def run_random(adapter, examples, seed=0, max_steps=20, out=None, database=None,
                                kinds, progress, known, time_budget, shrink_seconds)
     out = out or sys.stdout
     M = machine(adapter, kinds=tuple(kinds), lenient=lenient)
-    M.out, M.progress, M.start, M.last_tick = out, progress, time.time(), time.time()
+    M.out, M.progress, M.start, M.last_tick = out, progress, time.monotonic(), time.monotonic()
     Recorder.last_failure = None
     db_path = database or os.path.join(os.getcwd(), ".hypothesis", "examples")
     failure_dir = failure_dir or os.getcwd()
-    start = time.time()
+    start = time.monotonic()
     failed = 0
     try:
         from hypothesis import seed as hseed
@@ -462,7 +462,7 @@ def run_random(adapter, examples, seed=0, max_steps=20, out=None, database=None,
         test()
     except AssertionError:
         failed = 1
-    elapsed = time.time() - start
+    elapsed = time.monotonic() - start
     passed = M.passed
     print("# %d examples in %.1f s (seed %d, at most %d steps)%s" % (
         M.examples, elapsed, seed, max_steps, ", then shrinking" if failed else ""), file=out)
@@ -491,13 +491,13 @@ def _run_keep_going(adapter, examples, seed, max_steps, out, failure_dir, lenien
     failure_dir = failure_dir or os.path.join(os.getcwd(), "kvspec-random-%d" % seed)
     os.makedirs(failure_dir, exist_ok=True)
     M = machine(adapter, kinds=tuple(kinds), lenient=lenient, keep_going=True)
-    M.out, M.progress, M.start, M.last_tick = out, progress, time.time(), time.time()
+    M.out, M.progress, M.start, M.last_tick = out, progress, time.monotonic(), time.monotonic()
     M.shrink_limit = shrink_seconds or 0
     shrunk = []  # (signature, class, path, message)
     segment = 0
     stopped = False
     while M.examples_before < examples:
-        if segment and time_budget and time.time() - M.start >= time_budget:
+        if segment and time_budget and time.monotonic() - M.start >= time_budget:
             stopped = True
             break
         M.examples = M.passed = 0
@@ -538,7 +538,7 @@ def _run_keep_going(adapter, examples, seed, max_steps, out, failure_dir, lenien
         shrunk.append((M.target, cls, path, message))
         print("fail %s: %s [%s]" % (path, message, cls), file=out, flush=True)
         print(text, end="", file=out, flush=True)
-    elapsed = time.time() - M.start
+    elapsed = time.monotonic() - M.start
     nfail = sum(M.failures.values())
     print("# %d examples in %.1f s (seed %d, at most %d steps, keep going%s)" % (
         M.examples_before, elapsed, seed, max_steps,
