@@ -138,9 +138,21 @@ void CheckAllocation(size_t peak, size_t input_size) {
 
 // Counting allocation functions. A block's size is what malloc_usable_size
 // reports, at new and at delete alike (the header-free way to know what
-// delete frees; ASan intercepts it too).
-void* operator new(size_t size) {
-  void* p = std::malloc(size == 0 ? 1 : size);
+// delete frees; ASan intercepts it too). Every form of operator new and
+// delete goes through them (testing/replace_new.h): the nothrow forms, left
+// to ASan, allocated libFuzzer's seed inputs whose blocks then reached the
+// free() below (alloc-dealloc-mismatch on every seed corpus), and the
+// caches' storage (kernels/aligned_vector.h) takes the aligned forms, which
+// the bound must count too.
+namespace {
+
+void* ReplacedAllocate(size_t size, size_t align) {
+  void* p = nullptr;
+  if (align == 0) {
+    p = std::malloc(size == 0 ? 1 : size);
+  } else if (posix_memalign(&p, std::max(align, sizeof(void*)), size == 0 ? 1 : size) != 0) {
+    p = nullptr;
+  }
   if (p == nullptr) throw std::bad_alloc();
   if (g_allocations.counting) {
     g_allocations.live += malloc_usable_size(p);
@@ -148,67 +160,17 @@ void* operator new(size_t size) {
   }
   return p;
 }
-void* operator new[](size_t size) { return operator new(size); }
-void operator delete(void* p) noexcept {
+void ReplacedRelease(void* p, size_t) noexcept {
   if (p == nullptr) return;
   if (g_allocations.counting) {
     g_allocations.live -= std::min(malloc_usable_size(p), g_allocations.live);
   }
   std::free(p);
 }
-void operator delete[](void* p) noexcept { operator delete(p); }
-void operator delete(void* p, size_t) noexcept { operator delete(p); }
-void operator delete[](void* p, size_t) noexcept { operator delete(p); }
-// The nothrow forms too: left to ASan, their blocks (libFuzzer allocates its
-// seed inputs with them) reached the free() above: alloc-dealloc-mismatch on
-// every seed corpus.
-void* operator new(size_t size, const std::nothrow_t&) noexcept {
-  try {
-    return operator new(size);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void* operator new[](size_t size, const std::nothrow_t&) noexcept {
-  return operator new(size, std::nothrow);
-}
-void operator delete(void* p, const std::nothrow_t&) noexcept { operator delete(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { operator delete(p); }
-// And the aligned forms: the caches' storage (kernels/aligned_vector.h) is
-// allocated through them, so the bound above counts it too.
-void* operator new(size_t size, std::align_val_t align) {
-  void* p = nullptr;
-  if (posix_memalign(&p, std::max(static_cast<size_t>(align), sizeof(void*)),
-                     size == 0 ? 1 : size) != 0) {
-    throw std::bad_alloc();
-  }
-  if (g_allocations.counting) {
-    g_allocations.live += malloc_usable_size(p);
-    g_allocations.peak = std::max(g_allocations.peak, g_allocations.live);
-  }
-  return p;
-}
-void* operator new[](size_t size, std::align_val_t align) { return operator new(size, align); }
-void operator delete(void* p, std::align_val_t) noexcept { operator delete(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { operator delete(p); }
-void operator delete(void* p, size_t, std::align_val_t) noexcept { operator delete(p); }
-void operator delete[](void* p, size_t, std::align_val_t) noexcept { operator delete(p); }
-void* operator new(size_t size, std::align_val_t align, const std::nothrow_t&) noexcept {
-  try {
-    return operator new(size, align);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void* operator new[](size_t size, std::align_val_t align, const std::nothrow_t&) noexcept {
-  return operator new(size, align, std::nothrow);
-}
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  operator delete(p);
-}
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  operator delete(p);
-}
+
+}  // namespace
+
+#include "testing/replace_new.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

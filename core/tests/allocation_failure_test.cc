@@ -50,7 +50,7 @@ size_t g_peak = 0;         // the most live since the last ResetPeak
 // takes a whole alignment unit, so the block stays aligned.
 size_t HeaderFor(size_t align) { return align > kHeader ? align : kHeader; }
 
-void* Allocate(size_t n, size_t align = 0) {
+void* ReplacedAllocate(size_t n, size_t align) {
   if (g_countdown > 0 && --g_countdown == 0) {
     g_injected = true;
     throw std::bad_alloc();
@@ -70,7 +70,7 @@ void* Allocate(size_t n, size_t align = 0) {
   return static_cast<char*>(block) + header;
 }
 
-void Release(void* p, size_t align = 0) {
+void ReplacedRelease(void* p, size_t align) noexcept {
   if (!p) return;
   void* block = static_cast<char*>(p) - HeaderFor(align);
   size_t n;
@@ -81,50 +81,7 @@ void Release(void* p, size_t align = 0) {
 
 }  // namespace
 
-void* operator new(size_t n) { return Allocate(n); }
-void* operator new[](size_t n) { return Allocate(n); }
-void* operator new(size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return Allocate(n);
-  } catch (const std::bad_alloc&) {
-    return nullptr;
-  }
-}
-void* operator new[](size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
-void operator delete(void* p) noexcept { Release(p); }
-void operator delete[](void* p) noexcept { Release(p); }
-void operator delete(void* p, size_t) noexcept { Release(p); }
-void operator delete[](void* p, size_t) noexcept { Release(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { Release(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { Release(p); }
-void* operator new(size_t n, std::align_val_t a) { return Allocate(n, static_cast<size_t>(a)); }
-void* operator new[](size_t n, std::align_val_t a) { return Allocate(n, static_cast<size_t>(a)); }
-void* operator new(size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  try {
-    return Allocate(n, static_cast<size_t>(a));
-  } catch (const std::bad_alloc&) {
-    return nullptr;
-  }
-}
-void* operator new[](size_t n, std::align_val_t a, const std::nothrow_t& t) noexcept {
-  return operator new(n, a, t);
-}
-void operator delete(void* p, std::align_val_t a) noexcept { Release(p, static_cast<size_t>(a)); }
-void operator delete[](void* p, std::align_val_t a) noexcept {
-  Release(p, static_cast<size_t>(a));
-}
-void operator delete(void* p, size_t, std::align_val_t a) noexcept {
-  Release(p, static_cast<size_t>(a));
-}
-void operator delete[](void* p, size_t, std::align_val_t a) noexcept {
-  Release(p, static_cast<size_t>(a));
-}
-void operator delete(void* p, std::align_val_t a, const std::nothrow_t&) noexcept {
-  Release(p, static_cast<size_t>(a));
-}
-void operator delete[](void* p, std::align_val_t a, const std::nothrow_t&) noexcept {
-  Release(p, static_cast<size_t>(a));
-}
+#include "testing/replace_new.h"  // every form, through the two above
 
 namespace kvspec {
 namespace {

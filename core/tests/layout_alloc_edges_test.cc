@@ -29,7 +29,7 @@ namespace {
 long g_countdown = 0;     // > 0: the allocation that brings it to 0 fails
 bool g_injected = false;  // an allocation was failed since the last arming
 
-void* Allocate(size_t n, size_t align = 0) {
+void* ReplacedAllocate(size_t n, size_t align) {
   if (g_countdown > 0 && --g_countdown == 0) {
     g_injected = true;
     throw std::bad_alloc();
@@ -44,43 +44,11 @@ void* Allocate(size_t n, size_t align = 0) {
   return p;
 }
 
+void ReplacedRelease(void* p, size_t) noexcept { std::free(p); }
+
 }  // namespace
 
-void* operator new(size_t n) { return Allocate(n); }
-void* operator new[](size_t n) { return Allocate(n); }
-void* operator new(size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return Allocate(n);
-  } catch (const std::bad_alloc&) {
-    return nullptr;
-  }
-}
-void* operator new[](size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-// The aligned forms too: the caches' storage (kernels/aligned_vector.h).
-void* operator new(size_t n, std::align_val_t a) { return Allocate(n, static_cast<size_t>(a)); }
-void* operator new[](size_t n, std::align_val_t a) { return Allocate(n, static_cast<size_t>(a)); }
-void* operator new(size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  try {
-    return Allocate(n, static_cast<size_t>(a));
-  } catch (const std::bad_alloc&) {
-    return nullptr;
-  }
-}
-void* operator new[](size_t n, std::align_val_t a, const std::nothrow_t& t) noexcept {
-  return operator new(n, a, t);
-}
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+#include "testing/replace_new.h"  // every form, through the two above
 
 namespace kvspec {
 namespace {
