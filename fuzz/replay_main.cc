@@ -9,9 +9,15 @@
 // when a path cannot be read. A failing input kills the process (the target
 // traps or a sanitizer aborts); a signal handler names the input first.
 // KVSPEC_REPLAY_VERBOSE=1 prints each input's name before it runs.
+// KVSPEC_REPLAY_TIMES=N (N >= 1) runs each input once more, then N times
+// timed, and prints `time MICROSECONDS BYTES PATH` per input (the mean of
+// the N runs, steady clock) and a last `times:` line with the mean,
+// median, 90th and 99th percentiles and maximum over the inputs: where a
+// target's time goes, input by input (docs/fuzzing.md).
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstddef>
 #include <cstdint>
@@ -85,6 +91,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool verbose = std::getenv("KVSPEC_REPLAY_VERBOSE") != nullptr;
+  int timed_runs = 0;
+  if (const char* t = std::getenv("KVSPEC_REPLAY_TIMES")) {
+    char* end = nullptr;
+    const long n = std::strtol(t, &end, 10);
+    if (end == t || *end != '\0' || n < 1 || n > 1000) {
+      std::fprintf(stderr, "KVSPEC_REPLAY_TIMES=%s: want a count from 1 to 1000\n", t);
+      return 2;
+    }
+    timed_runs = static_cast<int>(n);
+  }
+  std::vector<double> times;  // microseconds per input, when timed
   // Keep the handlers a sanitizer runtime installed (its report is better).
   for (int sig : {SIGILL, SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGTRAP}) {
     const auto previous = std::signal(sig, OnFatalSignal);
@@ -109,10 +126,30 @@ int main(int argc, char** argv) {
       if (verbose) std::fprintf(stderr, "replaying %s\n", input.c_str());
       std::snprintf(g_current, sizeof(g_current), "%s", input.c_str());
       const uint8_t none = 0;  // a valid pointer for an empty input
-      LLVMFuzzerTestOneInput(bytes.empty() ? &none : bytes.data(), bytes.size());
+      const uint8_t* data = bytes.empty() ? &none : bytes.data();
+      LLVMFuzzerTestOneInput(data, bytes.size());
       ++replayed;
+      if (timed_runs > 0) {
+        const auto start = std::chrono::steady_clock::now();
+        for (int k = 0; k < timed_runs; ++k) LLVMFuzzerTestOneInput(data, bytes.size());
+        const std::chrono::duration<double, std::micro> spent =
+            std::chrono::steady_clock::now() - start;
+        times.push_back(spent.count() / timed_runs);
+        std::printf("time %.1f %zu %s\n", times.back(), bytes.size(), input.c_str());
+      }
     }
   }
   std::printf("replayed %zu inputs\n", replayed);
+  if (!times.empty()) {
+    double sum = 0;
+    for (double t : times) sum += t;
+    std::sort(times.begin(), times.end());
+    const auto at = [&times](double q) {
+      return times[std::min(times.size() - 1, static_cast<size_t>(q * times.size()))];
+    };
+    std::printf("times: %zu inputs, microseconds per input: mean %.1f, median %.1f, "
+                "p90 %.1f, p99 %.1f, max %.1f\n",
+                times.size(), sum / times.size(), at(0.5), at(0.9), at(0.99), times.back());
+  }
   return status;
 }
