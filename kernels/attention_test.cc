@@ -12,7 +12,9 @@
 //   larger counts crossing the kernel's blocks, q, keys, values and outputs
 //   misaligned by 0..3 floats;
 // - flash-decoding (AttendOptions): chunked decodes within tolerance and
-//   bit-identical on 1, 2, 3 and 4 threads.
+//   bit-identical on 1, 2, 3 and 4 threads;
+// - each query of a window forward bit-identical to its decode alone (the
+//   kernel's blocks group its slots differently in the two calls).
 //
 // A failure prints the target, the case, the lane (row, query, head, i),
 // the expected (reference) and the actual value.
@@ -252,6 +254,78 @@ TEST_P(AttentionTargets, WindowMatchesReference) {
       ASSERT_TRUE(MatchesReference(c, static_cast<uint32_t>(queries * 1000 + slots)));
     }
   }
+}
+
+// Each query of a window forward gets the bits its decode alone gets: a
+// slot's score and weight do not depend on the block it falls in. A
+// window's blocks hold twice a decode's slots, so a query whose admitted
+// slots end inside a block has them grouped differently into the kernel's
+// 4 x 4, 4 x 3, 4 x 2 and 4 x 1 score blocks in the two calls (with group
+// 4), and every reduction must follow the same tree in all of them. Dims
+// that are whole vectors on every target (the lane sums without a scalar
+// tail) and one with a tail.
+TEST_P(AttentionTargets, WindowQueriesEqualTheirDecodesBitForBit) {
+  Rand r(17);
+  int compared = 0;
+  for (int dim : {16, 32, 64, 128, 36}) {
+    for (int group : {1, 4}) {
+      for (int32_t window : {kNoWindow, 45}) {
+        for (int bf16 = 0; bf16 < 2; ++bf16) {
+          AttentionCase c;
+          c.rows = 2;
+          c.kv_heads = 2;
+          c.group = group;
+          c.dim = dim;
+          c.slots = 300;
+          c.queries = 40;
+          c.window = window;
+          c.bf16 = bf16 == 1;
+          c.first_slot = static_cast<int32_t>(r.Int(0, c.slots - 1));
+          AttentionInputs in;
+          FillCache(c, &r, &in);
+          FillMask(c, &r, &in);
+          const int q_heads = c.kv_heads * c.group;
+          const size_t per_query = static_cast<size_t>(q_heads) * c.dim;
+          std::vector<float> out(static_cast<size_t>(c.rows) * c.queries * per_query);
+          Attend(in.q.data(), q_heads, in.kv, in.mask, out.data());
+          for (int row = 0; row < c.rows; ++row) {
+            // One row's cache as its own view, one query at a time.
+            KvView kv = in.kv;
+            kv.rows = 1;
+            const size_t skip = static_cast<size_t>(row) * kv.row_stride;
+            kv.k += skip;
+            kv.v += skip;
+            if (c.bf16) {
+              kv.k_bf16 += skip;
+              kv.v_bf16 += skip;
+            }
+            kv.slot_pos += static_cast<size_t>(row) * kv.slot_stride;
+            for (int32_t qi = 0; qi < c.queries; ++qi) {
+              const size_t rq = static_cast<size_t>(row) * c.queries + qi;
+              Mask one = in.mask;
+              one.rows = 1;
+              one.queries = 1;
+              one.slot_pos = kv.slot_pos;
+              one.query_pos = {in.mask.query_pos[rq]};
+              one.lo = {in.mask.lo[rq]};
+              one.hi = {in.mask.hi[rq]};
+              std::vector<float> alone(per_query);
+              Attend(in.q.data() + rq * per_query, q_heads, kv, one, alone.data());
+              const float* windowed = out.data() + rq * per_query;
+              for (size_t i = 0; i < per_query; ++i) {
+                ASSERT_EQ(std::memcmp(&alone[i], &windowed[i], sizeof(float)), 0)
+                    << "target " << AttentionTargetName() << ", " << c.Describe() << ": row "
+                    << row << " query " << qi << " lane " << i << ": window " << windowed[i]
+                    << ", decode " << alone[i];
+              }
+              ++compared;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 5 * 2 * 2 * 2 * 2 * 40);
 }
 
 // Every query head its own: q_heads = 1, 2, 4 x kv_heads for kv_heads 1..3,
