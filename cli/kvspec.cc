@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <strings.h>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -41,7 +40,8 @@ const char kTraceUsage[] =
     "`sees LAYER rR pP: ITEMS` line per attention layer, row and real query,\n"
     "recovered from the bytes stored in the slots the mask admits. Errors and\n"
     "failed expectations go to standard error as FILE:LINE: ... (syntax\n"
-    "errors as FILE:LINE:COL: ...).\n"
+    "errors as FILE:LINE:COL: ...; standard input is named <stdin>). A file\n"
+    "or standard input over 4 MiB is refused (exit 2) once that much is read.\n"
     "\n"
     "options:\n"
     "  --values          also print `out LAYER rR pP: V...` lines (always on\n"
@@ -84,20 +84,13 @@ const char kTraceUsage[] =
 // parser and prints the program as JSON. Nothing is printed unless the run
 // and the parse both succeed.
 int EmitJson(const std::string& file, const kvspec::trace::RunOptions& options) {
-  std::ostringstream original;
-  if (file == "-") {
-    original << std::cin.rdbuf();
-  } else {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) {
-      std::cerr << file << ":1:1: cannot open file\n";
-      return 2;
-    }
-    original << in.rdbuf();
+  std::string original;
+  if (const int status = kvspec::trace::ReadTraceSource(file, &original, std::cerr)) {
+    return status;
   }
   std::ostringstream emitted;
-  const int s = kvspec::trace::RunTraceText(original.str(), file == "-" ? "<stdin>" : file,
-                                            options, emitted, std::cerr);
+  const int s = kvspec::trace::RunTraceText(original, file == "-" ? "<stdin>" : file, options,
+                                            emitted, std::cerr);
   if (s != 0) return s;
   kvspec::trace::Program program;
   kvspec::trace::SyntaxError error;
@@ -106,7 +99,7 @@ int EmitJson(const std::string& file, const kvspec::trace::RunOptions& options) 
     return 2;
   }
   const std::vector<int> source_lines =
-      kvspec::trace::SourceLines(original.str(), emitted.str());
+      kvspec::trace::SourceLines(original, emitted.str());
   std::cout << kvspec::trace::ProgramToJson(program, &source_lines);
   std::cout.flush();
   return 0;

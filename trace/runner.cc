@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -235,28 +236,47 @@ int RunTraceText(std::string_view text, std::string_view name, const RunOptions&
   return RunProgram(program, effective, out, err);
 }
 
-int RunTraceFile(const std::string& path, const RunOptions& options, std::ostream& out,
-                 std::ostream& err) {
-  constexpr size_t kMaxFileBytes = size_t{4} << 20;
-  std::string text;
-  if (path == "-") {
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      err << path << ":1:1: cannot open file\n";
+int ReadTraceSource(const std::string& path, std::string* text, std::ostream& err) {
+  const std::string name = path == "-" ? "<stdin>" : path;
+  text->clear();
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (path != "-") {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+      err << name << ":1:1: a directory, not a trace file\n";
       return 2;
     }
-    char buf[1 << 16];
-    while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
-      text.append(buf, static_cast<size_t>(in.gcount()));
-      if (text.size() > kMaxFileBytes) break;
+    file.open(path, std::ios::binary);
+    if (!file) {
+      err << name << ":1:1: cannot open file\n";
+      return 2;
+    }
+    in = &file;
+  }
+  // A chunk at a time, never more than the cap and one chunk held, however
+  // long the input (standard input may not end).
+  char buf[1 << 16];
+  while (in->read(buf, sizeof(buf)) || in->gcount() > 0) {
+    text->append(buf, static_cast<size_t>(in->gcount()));
+    if (text->size() > kMaxTraceFileBytes) {
+      err << name << ":1:1: file larger than " << (kMaxTraceFileBytes >> 20) << " MiB\n";
+      std::string().swap(*text);
+      return 2;
     }
   }
-  if (text.size() > kMaxFileBytes) {
-    err << path << ":1:1: file larger than " << (kMaxFileBytes >> 20) << " MiB\n";
+  if (in->bad()) {
+    err << name << ":1:1: cannot read file\n";
+    std::string().swap(*text);
     return 2;
   }
+  return 0;
+}
+
+int RunTraceFile(const std::string& path, const RunOptions& options, std::ostream& out,
+                 std::ostream& err) {
+  std::string text;
+  if (const int status = ReadTraceSource(path, &text, err)) return status;
   return RunTraceText(text, path == "-" ? std::string_view("<stdin>") : path, options, out, err);
 }
 

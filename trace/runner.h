@@ -163,8 +163,19 @@ struct RunOptions {
 int RunProgram(const Program& program, const RunOptions& options,
                std::ostream& out, std::ostream& err);
 
-// Reads, parses and runs one file ("-" for standard input). Exit status as
-// above; 2 for an unreadable file or a syntax error.
+// The most bytes a trace file (or standard input) may hold.
+inline constexpr size_t kMaxTraceFileBytes = size_t{4} << 20;
+
+// Reads the trace file `path`, or standard input for "-", into *text,
+// holding at most kMaxTraceFileBytes and one 64 KiB chunk whatever the
+// input's length. Returns 0; or 2, with *text empty and
+// `NAME:1:1: ...` on `err` (NAME: the path, `<stdin>` for "-"), for a
+// directory, a file that cannot be opened or read, or more than
+// kMaxTraceFileBytes.
+int ReadTraceSource(const std::string& path, std::string* text, std::ostream& err);
+
+// Reads (ReadTraceSource), parses and runs one file ("-" for standard
+// input). Exit status as above; 2 for an unreadable file or a syntax error.
 int RunTraceFile(const std::string& path, const RunOptions& options,
                  std::ostream& out, std::ostream& err);
 

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -1213,6 +1214,58 @@ TEST(TraceRunnerFiles, AFileOverFourMiBIsRefusedNamingTheCap) {
     }
   }
   fs::remove(path);
+}
+
+// A directory given as a trace: exit status 2, said to be a directory (it
+// was read as an empty trace).
+TEST(TraceRunnerFiles, ADirectoryIsReportedAsOne) {
+  const std::string dir = ::testing::TempDir();
+  std::ostringstream out, err;
+  EXPECT_EQ(trace::RunTraceFile(dir, trace::RunOptions(), out, err), 2);
+  EXPECT_EQ(err.str(), dir + ":1:1: a directory, not a trace file\n");
+  EXPECT_EQ(out.str(), "");
+}
+
+// Standard input that never ends: read a chunk at a time, refused once past
+// the 4 MiB cap (it was read whole before the cap was checked: this input
+// never ended, and `yes | kvspec trace -` grew without bound). The stream
+// counts what was taken from it.
+TEST(TraceRunnerFiles, StandardInputIsCappedAtFourMiBWhileItIsRead) {
+  class Endless : public std::streambuf {
+   public:
+    size_t taken = 0;
+
+   protected:
+    int_type underflow() override {
+      std::memset(chunk_, '#', sizeof(chunk_));
+      taken += sizeof(chunk_);
+      if (taken > (size_t{64} << 20)) return traits_type::eof();  // a safety stop
+      setg(chunk_, chunk_, chunk_ + sizeof(chunk_));
+      return traits_type::to_int_type(chunk_[0]);
+    }
+
+   private:
+    char chunk_[4096];
+  } endless;
+  std::streambuf* saved = std::cin.rdbuf(&endless);
+  std::string text = "unchanged";
+  std::ostringstream err;
+  const int code = trace::ReadTraceSource("-", &text, err);
+  std::cin.rdbuf(saved);
+  std::cin.clear();
+  EXPECT_EQ(code, 2);
+  EXPECT_EQ(err.str(), "<stdin>:1:1: file larger than 4 MiB\n");
+  EXPECT_EQ(text, "");
+  EXPECT_LE(endless.taken, trace::kMaxTraceFileBytes + (size_t{128} << 10));
+  // A trace on standard input runs as `<stdin>`.
+  std::istringstream small("trace 1\nrows 1\nlayer a kv\nexpect positions 1\n");
+  saved = std::cin.rdbuf(small.rdbuf());
+  std::ostringstream out, err2;
+  const int run = trace::RunTraceFile("-", trace::RunOptions(), out, err2);
+  std::cin.rdbuf(saved);
+  std::cin.clear();
+  EXPECT_EQ(run, 1);
+  EXPECT_EQ(err2.str(), "<stdin>:4: expected positions 1 got 0\n");
 }
 
 // `expect out` compares every value of the query's output: a wrong value
