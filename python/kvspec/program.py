@@ -149,16 +149,33 @@ def parse_trace(text, file="<string>"):
     return Program(_core.parse_trace(text, file))
 
 
+# The most bytes a ``.trace`` file may hold (``kvspec trace`` refuses more),
+# and an emitted ``.json`` file (the same trace with its expectations written
+# out, each statement an object): checked while reading, so that a larger
+# file is never held whole.
+MAX_TRACE_BYTES = 4 << 20
+MAX_EMITTED_BYTES = 64 << 20
+
+
+def _read_bounded(path, limit):
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise TraceSyntaxError("%s:1:1: file larger than %d MiB" % (path, limit >> 20))
+    return data.decode("utf-8")
+
+
 def load(path):
     """A trace file: ``.json`` (emitted form, pure Python) or ``.trace``
-    (through kvspec's parser, needs the compiled module)."""
+    (through kvspec's parser, needs the compiled module). Raises
+    :class:`kvspec.TraceSyntaxError` for a file over ``MAX_EMITTED_BYTES``
+    (.json) or ``MAX_TRACE_BYTES`` (.trace), read no further than that."""
     if path.endswith(".json"):
-        with open(path, encoding="utf-8") as f:
-            return Program(json.load(f))
+        return Program(json.loads(_read_bounded(path, MAX_EMITTED_BYTES)))
+    text = _read_bounded(path, MAX_TRACE_BYTES)
     from . import HAVE_CORE
     if not HAVE_CORE:
         raise TraceSyntaxError(
             "%s: a .trace file needs the compiled module kvspec._core; in pure-Python mode "
             "run the emitted form (corpus/emitted/%s)" % (path, os.path.basename(path)[:-len(".trace")] + ".json"))
-    with open(path, encoding="utf-8", newline="") as f:
-        return parse_trace(f.read(), path)
+    return parse_trace(text, path)

@@ -50,3 +50,22 @@ def test_trace_files_need_the_module():
     p = runner("--adapter", "kvspec.adapters.numpy_cache", "corpus/traces/kv_decode.trace")
     assert p.returncode == 1
     assert "needs the compiled module" in p.stdout and "corpus/emitted/kv_decode.json" in p.stdout
+
+
+def test_files_over_the_caps_are_refused_without_being_held(tmp_path):
+    # A sparse file far over the cap: read no further than the cap (a whole
+    # read would hold 8 GiB), refused with the cap named.
+    env = dict(os.environ, PYTHONPATH=os.path.join(SOURCE_DIR, "python"))
+    for name, cap in (("big.json", 64), ("big.trace", 4)):
+        path = tmp_path / name
+        with open(path, "wb") as f:
+            f.truncate(8 << 30)
+        code = ("import resource, kvspec.program as p\n"
+                "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+                "try:\n"
+                "    p.load(%r)\n"
+                "except p.TraceSyntaxError as e:\n"
+                "    print(e)\n" % str(path))
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == "%s:1:1: file larger than %d MiB\n" % (path, cap), r.stdout + r.stderr
