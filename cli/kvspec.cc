@@ -89,8 +89,8 @@ int EmitJson(const std::string& file, const kvspec::trace::RunOptions& options) 
     return status;
   }
   std::ostringstream emitted;
-  const int s = kvspec::trace::RunTraceText(original, file == "-" ? "<stdin>" : file, options,
-                                            emitted, std::cerr);
+  const int s = kvspec::trace::RunTraceText(original, kvspec::trace::TraceSourceName(file),
+                                            options, emitted, std::cerr);
   if (s != 0) return s;
   kvspec::trace::Program program;
   kvspec::trace::SyntaxError error;

@@ -92,17 +92,12 @@
 
 namespace kvspec::trace {
 namespace parse_internal {
-namespace {
-
-constexpr size_t kMaxInputBytes = size_t{4} << 20;  // 4 MiB: at most ~1M statements
-
-}  // namespace
 
 bool Parser::Parse(std::string_view text) {
-  if (text.size() > kMaxInputBytes) {
+  if (text.size() > kMaxTraceBytes) {
     return FailAt(1, 1, "input too large: " + std::to_string(text.size()) +
                             " bytes (at most " +
-                            std::to_string(kMaxInputBytes) + ")");
+                            std::to_string(kMaxTraceBytes) + ")");
   }
   // Size Program::lines and Program::body once: count the lines and the
   // lines that may hold a statement (first non-blank byte is not '#', nor a

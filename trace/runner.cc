@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 
 #include "kernels/conv1d.h"
 #include "trace/runner_internal.h"
@@ -237,7 +236,7 @@ int RunTraceText(std::string_view text, std::string_view name, const RunOptions&
 }
 
 int ReadTraceSource(const std::string& path, std::string* text, std::ostream& err) {
-  const std::string name = path == "-" ? "<stdin>" : path;
+  const std::string_view name = TraceSourceName(path);
   text->clear();
   std::ifstream file;
   std::istream* in = &std::cin;
@@ -259,8 +258,8 @@ int ReadTraceSource(const std::string& path, std::string* text, std::ostream& er
   char buf[1 << 16];
   while (in->read(buf, sizeof(buf)) || in->gcount() > 0) {
     text->append(buf, static_cast<size_t>(in->gcount()));
-    if (text->size() > kMaxTraceFileBytes) {
-      err << name << ":1:1: file larger than " << (kMaxTraceFileBytes >> 20) << " MiB\n";
+    if (text->size() > kMaxTraceBytes) {
+      err << name << ":1:1: file larger than " << (kMaxTraceBytes >> 20) << " MiB\n";
       std::string().swap(*text);
       return 2;
     }
@@ -277,7 +276,7 @@ int RunTraceFile(const std::string& path, const RunOptions& options, std::ostrea
                  std::ostream& err) {
   std::string text;
   if (const int status = ReadTraceSource(path, &text, err)) return status;
-  return RunTraceText(text, path == "-" ? std::string_view("<stdin>") : path, options, out, err);
+  return RunTraceText(text, TraceSourceName(path), options, out, err);
 }
 
 }  // namespace kvspec::trace

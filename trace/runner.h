@@ -163,15 +163,17 @@ struct RunOptions {
 int RunProgram(const Program& program, const RunOptions& options,
                std::ostream& out, std::ostream& err);
 
-// The most bytes a trace file (or standard input) may hold.
-inline constexpr size_t kMaxTraceFileBytes = size_t{4} << 20;
+// The name a trace read from `path` goes by in messages: the path, or
+// `<stdin>` for "-".
+inline std::string_view TraceSourceName(const std::string& path) {
+  return path == "-" ? std::string_view("<stdin>") : std::string_view(path);
+}
 
 // Reads the trace file `path`, or standard input for "-", into *text,
-// holding at most kMaxTraceFileBytes and one 64 KiB chunk whatever the
-// input's length. Returns 0; or 2, with *text empty and
-// `NAME:1:1: ...` on `err` (NAME: the path, `<stdin>` for "-"), for a
-// directory, a file that cannot be opened or read, or more than
-// kMaxTraceFileBytes.
+// holding at most kMaxTraceBytes (trace/program.h) and one 64 KiB chunk
+// whatever the input's length. Returns 0; or 2, with *text empty and
+// `NAME:1:1: ...` on `err` (NAME: TraceSourceName(path)), for a directory,
+// a file that cannot be opened or read, or more than kMaxTraceBytes.
 int ReadTraceSource(const std::string& path, std::string* text, std::ostream& err);
 
 // Reads (ReadTraceSource), parses and runs one file ("-" for standard

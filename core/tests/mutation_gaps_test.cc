@@ -1256,7 +1256,7 @@ TEST(TraceRunnerFiles, StandardInputIsCappedAtFourMiBWhileItIsRead) {
   EXPECT_EQ(code, 2);
   EXPECT_EQ(err.str(), "<stdin>:1:1: file larger than 4 MiB\n");
   EXPECT_EQ(text, "");
-  EXPECT_LE(endless.taken, trace::kMaxTraceFileBytes + (size_t{128} << 10));
+  EXPECT_LE(endless.taken, trace::kMaxTraceBytes + (size_t{128} << 10));
   // A trace on standard input runs as `<stdin>`.
   std::istringstream small("trace 1\nrows 1\nlayer a kv\nexpect positions 1\n");
   saved = std::cin.rdbuf(small.rdbuf());
