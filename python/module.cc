@@ -34,6 +34,7 @@
 #include "kernels/gated_delta.h"
 #include "trace/json.h"
 #include "trace/program.h"
+#include "trace/program.h"
 #include "trace/runner.h"
 
 namespace py = pybind11;
@@ -854,6 +855,9 @@ PYBIND11_MODULE(_core, m) {
   m.attr("ATTENTION_TOLERANCE") = kAttentionTolerance;
   m.attr("CONV_TOLERANCE") = kConvTolerance;
   m.attr("GATED_DELTA_TOLERANCE") = kGatedDeltaTolerance;
+  // The most bytes of trace text the parser takes (kvspec.program.load reads
+  // a .trace file no further).
+  m.attr("MAX_TRACE_BYTES") = kvspec::trace::kMaxTraceBytes;
 
   m.def("parse_trace", &ParseTraceJson, py::arg("text"), py::arg("file") = "<string>");
   m.def("run_trace", &RunTrace, py::arg("text"), py::arg("name") = "<string>",

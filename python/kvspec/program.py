@@ -149,11 +149,10 @@ def parse_trace(text, file="<string>"):
     return Program(_core.parse_trace(text, file))
 
 
-# The most bytes a ``.trace`` file may hold (``kvspec trace`` refuses more),
-# and an emitted ``.json`` file (the same trace with its expectations written
-# out, each statement an object): checked while reading, so that a larger
-# file is never held whole.
-MAX_TRACE_BYTES = 4 << 20
+# The most bytes an emitted ``.json`` file may hold (the trace with its
+# expectations written out, each statement an object; a ``.trace`` file may
+# hold ``kvspec._core.MAX_TRACE_BYTES``, the parser's limit): checked while
+# reading, so that a larger file is never held whole.
 MAX_EMITTED_BYTES = 64 << 20
 
 
@@ -169,13 +168,13 @@ def load(path):
     """A trace file: ``.json`` (emitted form, pure Python) or ``.trace``
     (through kvspec's parser, needs the compiled module). Raises
     :class:`kvspec.TraceSyntaxError` for a file over ``MAX_EMITTED_BYTES``
-    (.json) or ``MAX_TRACE_BYTES`` (.trace), read no further than that."""
+    (.json) or ``kvspec._core.MAX_TRACE_BYTES`` (.trace), read no further
+    than that."""
     if path.endswith(".json"):
         return Program(json.loads(_read_bounded(path, MAX_EMITTED_BYTES)))
-    text = _read_bounded(path, MAX_TRACE_BYTES)
-    from . import HAVE_CORE
+    from . import HAVE_CORE, _core
     if not HAVE_CORE:
         raise TraceSyntaxError(
             "%s: a .trace file needs the compiled module kvspec._core; in pure-Python mode "
             "run the emitted form (corpus/emitted/%s)" % (path, os.path.basename(path)[:-len(".trace")] + ".json"))
-    return parse_trace(text, path)
+    return parse_trace(_read_bounded(path, _core.MAX_TRACE_BYTES), path)

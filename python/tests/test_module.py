@@ -7,7 +7,7 @@ import pytest
 
 import kvspec
 from kvspec import values
-from conftest import SOURCE_DIR
+from conftest import SOURCE_DIR, load_under_one_gib, sparse_file
 
 
 def kv(name="a", **kw):
@@ -248,3 +248,15 @@ def test_every_corpus_trace_parses():
     assert len(files) > 50
     for f in files:
         assert kvspec.parse_trace(open(f, newline="").read(), f).statements
+
+
+def test_trace_files_over_the_parsers_cap_are_refused_without_being_held(tmp_path):
+    # The cap is the parser's own (trace::kMaxTraceBytes): one byte over it
+    # in memory is refused by the parser, an 8 GiB file by load() after
+    # reading no further than the cap.
+    cap = kvspec._core.MAX_TRACE_BYTES
+    assert cap == 4 << 20
+    with pytest.raises(kvspec.TraceSyntaxError, match="input too large"):
+        kvspec.program.parse_trace("#" * (cap + 1))
+    path = sparse_file(tmp_path / "big.trace")
+    assert load_under_one_gib(path, dict(os.environ)) == "%s:1:1: file larger than 4 MiB\n" % path
