@@ -159,12 +159,21 @@ struct Block {
 
 // Fills *b with the candidate slots among the logical slots [t0, min(t0 +
 // block, end)) of one head (head: the row of its slot 0), in logical order.
+// The slots go in at most two runs of consecutive physical slots (a ring
+// wraps once), a vector of positions at a time: a vector whose positions
+// every query may read (a decode's, mostly) is stored whole, the others
+// slot by slot. The block is the same either way. Against the slot-by-slot
+// loop alone, in one process alternating the two, 15 rounds on an Ice
+// Lake-SP core (AVX3), 8 KV heads x 4, 16384 tokens: cold bf16 decode 0.90
+// of the time at dim 64 and 0.95 at dim 128 (medians of the rounds'
+// ratios), fp32 0.96-0.99; with the cache in L2, bf16 dim 64 0.86.
 template <typename T>
 HWY_INLINE void GatherBlock(const AttendPlan& p, const QueryTile& tile, const T* head, int32_t t0,
                             int32_t end, Block<T>* b) {
+  const hn::ScalableTag<int32_t> di;
+  const int32_t N = static_cast<int32_t>(hn::Lanes(di));
   const int32_t slots = p.slots;
-  const int32_t first_slot = p.first_slot;
-  const int dim = p.dim;
+  const size_t dim = static_cast<size_t>(p.dim);
   const int32_t min_lo = tile.min_lo;
   const int32_t max_hi = tile.max_hi;
   const int32_t* pos = tile.pos;
@@ -175,18 +184,40 @@ HWY_INLINE void GatherBlock(const AttendPlan& p, const QueryTile& tile, const T*
   size_t n = 0;
   int32_t bmin = std::numeric_limits<int32_t>::max();
   int32_t bmax = std::numeric_limits<int32_t>::min();
-  for (int32_t t = t0; t < t1; ++t) {
-    const int32_t s = first_slot + t < slots ? first_slot + t : first_slot + t - slots;
+  const auto vlo = hn::Set(di, min_lo);
+  const auto vhi = hn::Set(di, max_hi);
+  auto vmin = hn::Set(di, bmin);
+  auto vmax = hn::Set(di, bmax);
+  const auto one = [&](int32_t s) {
     const int32_t position = pos[s];
-    if (position < min_lo || position > max_hi) continue;  // no query reads it
+    if (position < min_lo || position > max_hi) return;  // no query reads it
     bpos[n] = position;
     brows[n++] = head + static_cast<size_t>(s) * dim;
     bmin = std::min(bmin, position);
     bmax = std::max(bmax, position);
+  };
+  for (int32_t t = t0; t < t1;) {
+    const int32_t s0 = p.first_slot + t < slots ? p.first_slot + t : p.first_slot + t - slots;
+    const int32_t s1 = s0 + std::min(t1 - t, slots - s0);  // the run: physical [s0, s1)
+    t += s1 - s0;
+    int32_t s = s0;
+    for (; s + N <= s1; s += N) {
+      const auto v = hn::LoadU(di, pos + s);
+      if (hn::AllFalse(di, hn::Or(hn::Lt(v, vlo), hn::Gt(v, vhi)))) {
+        hn::StoreU(v, di, bpos + n);
+        vmin = hn::Min(vmin, v);
+        vmax = hn::Max(vmax, v);
+        const T* row = head + static_cast<size_t>(s) * dim;
+        for (int32_t i = 0; i < N; ++i, row += dim) brows[n++] = row;
+        continue;
+      }
+      for (int32_t i = s; i < s + N; ++i) one(i);
+    }
+    for (; s < s1; ++s) one(s);
   }
   b->n = n;
-  b->min = bmin;
-  b->max = bmax;
+  b->min = std::min(bmin, hn::GetLane(hn::MinOfLanes(di, vmin)));
+  b->max = std::max(bmax, hn::GetLane(hn::MaxOfLanes(di, vmax)));
 }
 
 // The rows of b whose positions lie in [lo, hi], in order, into out; their
