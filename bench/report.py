@@ -267,6 +267,13 @@ def table_rows(runs, path, rows):
                         % ("f32" if kv == "f32" else "bf16", kv, dim, length),
                         "%.3f ms" % (seconds(ours) * 1e3), "ggml %.3f ms" % (seconds(g) * 1e3),
                         r, ">= 3x", r >= 3)
+                    # What the decode could reach with its own read order and
+                    # no arithmetic at all: ggml's time over BM_DecodeWalk's.
+                    if kv == "f32" and walk and r < 3:
+                        row("bound of the above: the decode's read order alone (DecodeWalk, no "
+                            "arithmetic) vs ggml f32, dim %d, %d tokens" % (dim, length),
+                            "%.3f ms" % (seconds(walk) * 1e3), "ggml %.3f ms" % (seconds(g) * 1e3),
+                            seconds(g) / seconds(walk), "", None)
     for columns in (64, 128, 512):
         b = runs.get("BM_Window/%s/1024/%d" % (target, columns))
         if b and "fma_fraction" in b:
