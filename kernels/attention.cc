@@ -163,10 +163,10 @@ struct Block {
 // wraps once), a vector of positions at a time: a vector whose positions
 // every query may read (a decode's, mostly) is stored whole, the others
 // slot by slot. The block is the same either way. Against the slot-by-slot
-// loop alone, in one process alternating the two, 15 rounds on an Ice
-// Lake-SP core (AVX3), 8 KV heads x 4, 16384 tokens: cold bf16 decode 0.90
-// of the time at dim 64 and 0.95 at dim 128 (medians of the rounds'
-// ratios), fp32 0.96-0.99; with the cache in L2, bf16 dim 64 0.86.
+// loop alone (bench/alternate/run bench/alternate/gather.patch: 15 rounds
+// in one process, Ice Lake-SP, AVX3, 8 KV heads x 4, 16384 tokens): cold
+// bf16 decode 0.91 of the time at dim 64 and 0.95 at dim 128 (medians of
+// the rounds' ratios), fp32 0.96-1.00; in L2, bf16 dim 64 0.82.
 template <typename T>
 HWY_INLINE void GatherBlock(const AttendPlan& p, const QueryTile& tile, const T* head, int32_t t0,
                             int32_t end, Block<T>* b) {

@@ -1,0 +1,148 @@
+// The attention kernel against a variant of itself in one process: a
+// patched checkout declares `extern bool g_kvspec_toggle;` and switches on
+// it (bench/alternate/run applies the patch), and this program alternates
+// the two settings round by round on the same caches, so that a noisy host
+// slows both about alike. Each round times both; the figure is the median
+// over the rounds of the on/off ratio of the round.
+//
+// Shape: 8 KV heads x 4 query heads, one decode query, positions 0..n-1.
+// Cold: a 16384-token cache, copies rotated through at least 600 MiB, 10
+// calls per setting and round. Hot: a 128-token cache (in L2 up to 1 MiB
+// of keys and values), 400 calls, scaled x128 to 16384 tokens.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/aligned_vector.h"
+#include "kernels/attention.h"
+#include "kernels/kv_view.h"
+#include "kernels/mask.h"
+
+bool g_kvspec_toggle = true;
+
+namespace {
+
+using kvspec::Attend;
+using kvspec::KvView;
+using kvspec::Mask;
+
+template <typename T>
+struct Cache {
+  int dim, slots, copies, kv_heads = 8, q_heads = 32;
+  size_t per;
+  kvspec::AlignedVector<T> k, v;
+  std::vector<float> none = std::vector<float>(1);
+  std::vector<int32_t> pos;
+  Mask mask;
+  int next = 0;
+
+  Cache(int d, int s, int c) : dim(d), slots(s), copies(c) {
+    per = static_cast<size_t>(kv_heads) * slots * dim;
+    k.resize(per * copies);
+    v.resize(per * copies);
+    uint32_t x = 7;
+    const auto uniform = [&x] {
+      x = x * 1664525u + 1013904223u;
+      return static_cast<float>(x >> 8) * (1.0f / 16777216.0f) - 0.5f;
+    };
+    for (size_t i = 0; i < k.size(); ++i) {
+      const float a = uniform(), b = uniform();
+      if constexpr (sizeof(T) == 2) {
+        k[i] = kvspec::FloatToBf16(a);
+        v[i] = kvspec::FloatToBf16(b);
+      } else {
+        k[i] = a;
+        v[i] = b;
+      }
+    }
+    pos.resize(slots);
+    for (int i = 0; i < slots; ++i) pos[i] = i;
+    mask.window = kvspec::kNoWindow;
+    mask.rows = mask.queries = 1;
+    mask.slot_pos = pos.data();
+    mask.slot_stride = mask.slots = slots;
+    mask.first_slot = 0;
+    mask.query_pos = {slots};
+    mask.lo = {0};
+    mask.hi = {slots};
+  }
+
+  // Milliseconds per call, over `calls` calls on the next copies.
+  double Time(const float* q, float* out, int calls) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) {
+      KvView kv;
+      if constexpr (sizeof(T) == 2) {
+        kv = KvView::Dense(none.data(), none.data(), pos.data(), 1, kv_heads, dim, slots, 0);
+        kv.k = kv.v = nullptr;
+        kv.k_bf16 = k.data() + per * next;
+        kv.v_bf16 = v.data() + per * next;
+      } else {
+        kv = KvView::Dense(k.data() + per * next, v.data() + per * next, pos.data(), 1, kv_heads,
+                           dim, slots, 0);
+      }
+      next = (next + 1) % copies;
+      Attend(q, q_heads, kv, mask, out);
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    return std::chrono::duration<double, std::milli>(t1 - t0).count() / calls;
+  }
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// "median [min..max]" of v.
+std::string Range(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  char text[64];
+  std::snprintf(text, sizeof text, "%.3f [%.3f..%.3f]", v[v.size() / 2], v.front(), v.back());
+  return text;
+}
+
+template <typename T>
+void Run(int dim, int rounds) {
+  const size_t cold_bytes = size_t{2} * 8 * 16384 * dim * sizeof(T);
+  Cache<T> cold(dim, 16384, static_cast<int>(std::max<size_t>(4, (size_t{600} << 20) / cold_bytes)));
+  Cache<T> hot(dim, 128, 1);
+  std::vector<float> q(32 * static_cast<size_t>(dim), 0.01f), out(q.size());
+  std::vector<double> tc[2], th[2], rc, rh;
+  for (int i = 0; i < rounds; ++i) {
+    for (int m = 0; m < 2; ++m) {
+      g_kvspec_toggle = m == 1;
+      tc[m].push_back(cold.Time(q.data(), out.data(), 10));
+      th[m].push_back(hot.Time(q.data(), out.data(), 400) * 128);
+    }
+    rc.push_back(tc[1].back() / tc[0].back());
+    rh.push_back(th[1].back() / th[0].back());
+  }
+  std::printf(
+      "%-4s dim %3d | cold 16384: off %7.3f ms, on %7.3f ms, on/off %s | in L2 (x128): off %7.3f "
+      "ms, on %7.3f ms, on/off %s\n",
+      sizeof(T) == 2 ? "bf16" : "f32", dim, Median(tc[0]), Median(tc[1]), Range(rc).c_str(),
+      Median(th[0]), Median(th[1]), Range(rh).c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 15;
+  if (rounds < 1 || rounds > 1000) {
+    std::fprintf(stderr, "usage: alternate [ROUNDS (1..1000, default 15)]\n");
+    return 2;
+  }
+  std::printf("%d rounds; medians over the rounds, on/off: median [min..max] of the rounds' ratios\n",
+              rounds);
+  for (int dim : {64, 128, 256}) {
+    Run<float>(dim, rounds);
+    Run<uint16_t>(dim, rounds);
+  }
+}
