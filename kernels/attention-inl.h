@@ -99,25 +99,31 @@ HWY_INLINE void PrefetchLines(const void* p, size_t bytes) {
 #endif
 }
 
-// Requests [p, p + bytes) into L2, not L1: a request for L1 holds one of
-// its few miss buffers until the line arrives, and with a block's worth of
-// them in flight the core stalled on them. Cold decode, fp32, dim 128,
-// 16384 tokens on a Zen 4 core: 9.6 ms CPU against 16.0 with prefetcht0
-// (same build, same process kind, back to back); prefetchnta was no
-// faster than prefetcht0.
-HWY_INLINE void PrefetchSpan(const void* p, size_t bytes) { PrefetchLines<2>(p, bytes); }
-
-// Requests [p, p + bytes) into L1, for a block about to be computed on
-// whose lines were requested into L2 along the previous block's
-// computation (PrefetchSpan): they mostly hit L2, so they hold L1's miss
-// buffers briefly, and the block's loads then hit L1 instead of waiting on
-// L2 one by one.
-HWY_INLINE void PrefetchSpanL1(const void* p, size_t bytes) { PrefetchLines<3>(p, bytes); }
-
-// Requests the rows rows[from, to), each `bytes` long.
+// The rows of the block after the one being computed on, requested a few
+// at a time along its computation so that memory keeps fetching while the
+// block computes (see ForEachBlock): rows[0, n), into L1 (prefetcht0) when
+// l1, else into L2 (prefetcht1).
 template <typename T>
-HWY_INLINE void PrefetchRows(const T* const* rows, size_t from, size_t to, size_t bytes) {
-  for (size_t k = from; k < to; ++k) PrefetchSpan(rows[k], bytes);
+struct Ahead {
+  const T* const* rows = nullptr;
+  size_t n = 0;
+  bool l1 = false;
+};
+
+// Requests [p, p + bytes) into L1 (l1) or L2.
+HWY_INLINE void PrefetchSpan(const void* p, size_t bytes, bool l1) {
+  if (l1) {
+    PrefetchLines<3>(p, bytes);
+  } else {
+    PrefetchLines<2>(p, bytes);
+  }
+}
+
+// Requests the rows [from, min(to, ahead.n)) of ahead, each `bytes` long.
+template <typename T>
+HWY_INLINE void PrefetchRows(const Ahead<T>& ahead, size_t from, size_t to, size_t bytes) {
+  to = std::min(to, ahead.n);
+  for (size_t k = from; k < to; ++k) PrefetchSpan(ahead.rows[k], bytes, ahead.l1);
 }
 
 // The largest of p[0, n) (n > 0).
@@ -203,12 +209,11 @@ HWY_INLINE void ScoreBlock(const float* HWY_RESTRICT q, int dim, const T* const*
 
 // Scores of query heads [0, group) (queries dim floats apart from q) over
 // the admitted slots, in blocks of heads and slots.
-// Along the way, the rows pf[0, npf) are prefetched, one per slot scored,
-// so that memory keeps fetching while the block computes.
+// Along the way, the rows of ahead are requested, one per slot scored.
 template <typename T>
 HWY_INLINE void Scores(const float* HWY_RESTRICT q, int group, int dim, const T* const* keys,
                        size_t n, float scale, float* HWY_RESTRICT scores, size_t stride,
-                       const T* const* pf, size_t npf) {
+                       Ahead<T> ahead) {
   const size_t row_bytes = static_cast<size_t>(dim) * sizeof(T);
   int g = 0;
   for (; g + 4 <= group; g += 4) {
@@ -221,16 +226,16 @@ HWY_INLINE void Scores(const float* HWY_RESTRICT q, int group, int dim, const T*
     // peak against 0.68-0.76; 4x5 and 4x6 gained nothing more.
     const size_t fours = n % 4 == 1 && n > 1 ? n - 5 : n - n % 4;
     for (; j < fours; j += 4) {
-      PrefetchRows(pf, j, std::min(j + 4, npf), row_bytes);
+      PrefetchRows(ahead, j, j + 4, row_bytes);
       ScoreBlock<4, 4>(qg, dim, keys + j, scale, sg + j, stride);
     }
     if (j + 3 <= n && (n - j) % 2 == 1) {
-      PrefetchRows(pf, j, std::min(j + 3, npf), row_bytes);
+      PrefetchRows(ahead, j, j + 3, row_bytes);
       ScoreBlock<4, 3>(qg, dim, keys + j, scale, sg + j, stride);
       j += 3;
     }
     if (j + 2 <= n) {
-      PrefetchRows(pf, j, std::min(j + 2, npf), row_bytes);
+      PrefetchRows(ahead, j, j + 2, row_bytes);
       ScoreBlock<4, 2>(qg, dim, keys + j, scale, sg + j, stride);
       j += 2;
     }
@@ -238,20 +243,20 @@ HWY_INLINE void Scores(const float* HWY_RESTRICT q, int group, int dim, const T*
       ScoreBlock<4, 1>(qg, dim, keys + j, scale, sg + j, stride);
       ++j;
     }
-    PrefetchRows(pf, j, npf, row_bytes);
-    npf = 0;  // the other heads read the same rows
+    PrefetchRows(ahead, j, ahead.n, row_bytes);
+    ahead.n = 0;  // the other heads read the same rows
   }
   for (; g < group; ++g) {
     const float* qg = q + g * dim;
     float* sg = scores + g * stride;
     size_t j = 0;
     for (; j + 4 <= n; j += 4) {
-      PrefetchRows(pf, j, std::min(j + 4, npf), row_bytes);
+      PrefetchRows(ahead, j, j + 4, row_bytes);
       ScoreBlock<1, 4>(qg, dim, keys + j, scale, sg + j, stride);
     }
     for (; j < n; ++j) ScoreBlock<1, 1>(qg, dim, keys + j, scale, sg + j, stride);
-    PrefetchRows(pf, j, npf, row_bytes);
-    npf = 0;
+    PrefetchRows(ahead, j, ahead.n, row_bytes);
+    ahead.n = 0;
   }
 }
 
@@ -263,8 +268,7 @@ HWY_INLINE void Scores(const float* HWY_RESTRICT q, int group, int dim, const T*
 // small enough for the n values to stay in L1 across the chunks).
 template <int kG, typename T>
 HWY_INLINE void ValueBlock(const float* HWY_RESTRICT w, size_t stride, const T* const* values,
-                           size_t n, int dim, float* HWY_RESTRICT acc,
-                           const T* const* pf = nullptr, size_t npf = 0) {
+                           size_t n, int dim, float* HWY_RESTRICT acc, Ahead<T> ahead) {
   const DF d;
   const int N = static_cast<int>(hn::Lanes(d));
   // Vectors per chunk: with 32 vector registers (AVX-512), four per head
@@ -286,7 +290,7 @@ HWY_INLINE void ValueBlock(const float* HWY_RESTRICT w, size_t stride, const T* 
     }
     for (size_t j = 0; j < n; ++j) {
       // The same lanes of another row, wanted soon (see Scores).
-      if (j < npf) PrefetchSpan(pf[j] + i, kV * N * sizeof(T));
+      if (j < ahead.n) PrefetchSpan(ahead.rows[j] + i, kV * N * sizeof(T), ahead.l1);
       VF v[kV];
       HWY_UNROLL(8)
       for (int c = 0; c < kV; ++c) v[c] = LoadLanes(d, values[j] + i + c * N);
@@ -312,7 +316,7 @@ HWY_INLINE void ValueBlock(const float* HWY_RESTRICT w, size_t stride, const T* 
       a[g][1] = hn::LoadU(d, acc + g * dim + i + N);
     }
     for (size_t j = 0; j < n; ++j) {
-      if (j < npf) PrefetchSpan(pf[j] + i, 2 * N * sizeof(T));
+      if (j < ahead.n) PrefetchSpan(ahead.rows[j] + i, 2 * N * sizeof(T), ahead.l1);
       const VF v0 = LoadLanes(d, values[j] + i);
       const VF v1 = LoadLanes(d, values[j] + i + N);
       HWY_UNROLL(4)
@@ -329,7 +333,7 @@ HWY_INLINE void ValueBlock(const float* HWY_RESTRICT w, size_t stride, const T* 
     }
   }
   // The rows past n, or all of them when no whole chunk prefetched any.
-  PrefetchRows(pf, i == 0 ? 0 : n, npf, static_cast<size_t>(dim) * sizeof(T));
+  PrefetchRows(ahead, i == 0 ? 0 : n, ahead.n, static_cast<size_t>(dim) * sizeof(T));
   for (; i + N <= dim; i += N) {
     VF a[kG];
     HWY_UNROLL(4)

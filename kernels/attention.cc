@@ -37,6 +37,12 @@
 #include "kernels/attention-inl.h"
 #include "kernels/thread_pool.h"
 
+namespace kvspec {
+// Whether the rows of the next block are requested into L1 rather than L2
+// (see ForEachBlock): true on Intel cores. Defined once, below.
+bool AheadIntoL1();
+}  // namespace kvspec
+
 HWY_BEFORE_NAMESPACE();
 namespace kvspec {
 namespace HWY_NAMESPACE {
@@ -55,6 +61,7 @@ struct AttendPlan {
   size_t per_query = 0;    // a query's scores: [group][padded]
   int32_t block = 0;       // slots per block
   int32_t tile = 0;        // queries per tile
+  bool l1 = false;         // the next block requested into L1 (AheadIntoL1)
 };
 
 template <typename T>
@@ -84,6 +91,7 @@ HWY_INLINE AttendPlan MakePlan(int q_heads, const KvView& kv, const Mask& mask) 
   // 16% faster than untiled, 64 queries: 12%; 16-query tiles lost at 128).
   // A query's arithmetic does not depend on its tile.
   p.tile = std::min<int32_t>(p.queries, 32);
+  p.l1 = AheadIntoL1();
   return p;
 }
 
@@ -232,23 +240,36 @@ HWY_INLINE size_t AdmittedRows(const Block<T>& b, int32_t lo, int32_t hi,
   return n;
 }
 
-// Calls sink.Add(query, rows, n, pf, npf) for every block of the logical
-// slots [begin, end) of one head, in order, and every query of the tile with n > 0 admitted
-// slots in it (rows in logical order). A query whose range covers the
-// block's positions takes the block's list as it is; one that misses them
-// skips it. The first call of a block also gets the next block's candidate
-// rows (pf, npf) to prefetch along its computation, the others none: memory
-// keeps working while a block computes, as one core's hardware prefetcher
-// alone does not (decode over 32768 fp32 tokens: 25% less time here than
-// with the next block's prefetches issued at once before its computation).
-// With fp32 storage, each block's rows are also requested into L1 as its
-// computation starts (PrefetchSpanL1): on a Zen 5 core (AVX3), cold fp32
-// decode of 16384 and 32768 tokens, dims 64 to 256, took 6-21% less time
-// than without in five alternated rounds (medians of 3 each), the window
-// the same within the spread. Not with bf16, whose widening makes a
-// block's computation longer: there it was 5-7% slower at dim 64 and up
-// to 14% faster at dim 256 (the best of three rounds each), so it is left
-// as it was.
+// Calls sink.Add(query, rows, n, ahead) for every block of the logical
+// slots [begin, end) of one head, in order, and every query of the tile with
+// n > 0 admitted slots in it (rows in logical order). A query whose range
+// covers the block's positions takes the block's list as it is; one that
+// misses them skips it. The first call of a block also gets the next
+// block's candidate rows (ahead) to request along its computation, the
+// others none: memory keeps working while a block computes, as one core's
+// hardware prefetcher alone does not (decode over 32768 fp32 tokens: 25%
+// less time here than with the next block's prefetches issued at once
+// before its computation).
+//
+// Where to: on Intel cores into L1 (prefetcht0), as the decode's walk
+// (BM_DecodeWalk) does; elsewhere into L2 (prefetcht1), and with fp32
+// storage each block's rows requested again into L1 as its computation
+// starts. Measured with bench/alternate/run bench/alternate/prefetch-l1.patch
+// (on: into L1; off: into L2 and the fp32 request at the start) on an Ice
+// Lake-SP core (AVX3), three runs of 11-15 rounds in one process, the
+// medians of the rounds' on/off ratios: cold decode (16384 tokens) 0.96-0.97
+// at fp32 dim 64, 0.97-1.00 at dim 128, 1.00-1.02 at dim 256, bf16
+// 0.95-1.01; in L2, fp32 0.76-0.95 (the start-of-block requests stalled on
+// L1's miss buffers while the lines came from L2); window attention (64
+// queries after 1024 tokens) 0.99. On a Zen 4 core the requests into L1
+// stalled the core on its miss buffers (cold fp32 decode, dim 128, 16384
+// tokens: 16.0 ms CPU against 9.6 into L2, back-to-back builds), and on a
+// Zen 5 core (AVX3) the fp32 request at the start of each block made cold
+// fp32 decode of 16384 and 32768 tokens, dims 64 to 256, 6-21% faster in
+// five alternated rounds (medians of 3 each), the window the same within
+// the spread; with bf16, whose widening makes a block's computation longer,
+// it was 5-7% slower at dim 64 and up to 14% faster at dim 256 (the best of
+// three rounds each), so bf16 does without it.
 template <typename T, class Sink>
 HWY_INLINE void ForEachBlock(const AttendPlan& p, const QueryTile& tile, const T* head,
                              AttendScratch<T>& scratch, Sink& sink, int32_t begin,
@@ -263,27 +284,27 @@ HWY_INLINE void ForEachBlock(const AttendPlan& p, const QueryTile& tile, const T
   for (int32_t t0 = begin; t0 < slots; t0 += block) {
     next.n = 0;
     if (t0 + block < slots) GatherBlock(p, tile, head, t0 + block, end, &next);
-    size_t npf = next.n;  // given to the block's first call only
-    if constexpr (std::is_same_v<T, float>) {
-      for (size_t k = 0; k < cur.n; ++k) PrefetchSpanL1(cur.rows[k], row_bytes);
+    Ahead<T> ahead{next.rows, next.n, p.l1};  // for the block's first call only
+    if (std::is_same_v<T, float> && !p.l1) {
+      for (size_t k = 0; k < cur.n; ++k) PrefetchSpan(cur.rows[k], row_bytes, /*l1=*/true);
     }
     for (int32_t qi = tile.q0; qi < tile.q1 && cur.n > 0; ++qi) {
       const int32_t lo = tile.lo[qi];
       const int32_t hi = tile.hi[qi];
       if (hi < cur.min || lo > cur.max) continue;
       if (lo <= cur.min && hi >= cur.max) {
-        sink.Add(qi, cur.rows, cur.n, next.rows, npf);
-        npf = 0;
+        sink.Add(qi, cur.rows, cur.n, ahead);
+        ahead.n = 0;
         continue;
       }
       const size_t n = AdmittedRows(cur, lo, hi, ptrs);
       if (n > 0) {
-        sink.Add(qi, ptrs, n, next.rows, npf);
-        npf = 0;
+        sink.Add(qi, ptrs, n, ahead);
+        ahead.n = 0;
       }
     }
     // No query used the block: request the next one all the same.
-    PrefetchRows(next.rows, 0, npf, row_bytes);
+    PrefetchRows(ahead, 0, ahead.n, row_bytes);
     std::swap(cur, next);
   }
 }
@@ -322,11 +343,10 @@ struct ScoreSink {
         scores(scratch.scores.data()),
         count(scratch.count.data()) {}
 
-  HWY_NOINLINE void Add(int32_t qi, const T* const* keys, size_t n, const T* const* pf,
-                        size_t npf) {
+  HWY_NOINLINE void Add(int32_t qi, const T* const* keys, size_t n, Ahead<T> ahead) {
     const size_t t = static_cast<size_t>(qi - q0);  // in the tile
     const float* qh = q + ((r * queries + qi) * q_heads + kh * group) * dim;
-    Scores(qh, group, dim, keys, n, scale, &scores[t * per_query + count[t]], padded, pf, npf);
+    Scores(qh, group, dim, keys, n, scale, &scores[t * per_query + count[t]], padded, ahead);
     count[t] += n;
   }
 };
@@ -354,20 +374,19 @@ struct ValueSink {
         acc(scratch.acc.data()),
         count(scratch.count.data()) {}
 
-  HWY_NOINLINE void Add(int32_t qi, const T* const* values, size_t n, const T* const* pf,
-                        size_t npf) {
+  HWY_NOINLINE void Add(int32_t qi, const T* const* values, size_t n, Ahead<T> ahead) {
     float* a = &acc[static_cast<size_t>(qi - q0) * group * dim];
     const float* w = &scores[(qi - q0) * per_query + count[qi - q0]];
     int g = 0;
     for (; g + 4 <= group; g += 4) {
-      ValueBlock<4>(w + g * padded, padded, values, n, dim, a + static_cast<size_t>(g) * dim, pf,
-                    npf);
-      npf = 0;
+      ValueBlock<4>(w + g * padded, padded, values, n, dim, a + static_cast<size_t>(g) * dim,
+                    ahead);
+      ahead.n = 0;
     }
     for (; g < group; ++g) {
-      ValueBlock<1>(w + g * padded, padded, values, n, dim, a + static_cast<size_t>(g) * dim, pf,
-                    npf);
-      npf = 0;
+      ValueBlock<1>(w + g * padded, padded, values, n, dim, a + static_cast<size_t>(g) * dim,
+                    ahead);
+      ahead.n = 0;
     }
     count[qi - q0] += n;
   }
@@ -655,6 +674,18 @@ namespace kvspec {
 
 HWY_EXPORT(AttendImpl);
 HWY_EXPORT(TargetName);
+
+bool AheadIntoL1() {
+#if HWY_ARCH_X86 && (defined(__GNUC__) || defined(__clang__))
+  static const bool intel = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("intel") != 0;
+  }();
+  return intel;
+#else
+  return false;
+#endif
+}
 
 // Precondition, enforced in every build: q_heads >= 1, kv_heads >= 1 and
 // q_heads a multiple of kv_heads (each KV head serves a whole group of query
