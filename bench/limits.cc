@@ -1,7 +1,9 @@
-// Peak single-core FP32 multiply-add rate and a multi-stream read probe, per
-// Highway target: the limits the benchmarks are reported against
-// (bench/limits.h).
+// Peak single-core FP32 multiply-add rate, a multi-stream read probe and
+// the conv step's traffic, per Highway target: the limits the benchmarks
+// are reported against (bench/limits.h).
 #include "bench/limits.h"
+
+#include "kernels/conv1d.h"  // kConvBlock
 
 // foreach_target.h includes this file once per target: declared once.
 #ifndef KVSPEC_BENCH_LIMITS_CONSTANTS
@@ -102,6 +104,35 @@ void ScaleInPlaceImpl(float* HWY_RESTRICT data, size_t n, float scale) {
   for (; i < n; ++i) data[i] *= scale;
 }
 
+// ConvStep's loads, stores and multiply-adds without its SiLU (see
+// ConvTraffic in limits.h): per vector of a block, the K - 1 state rows
+// loaded and moved up a row, x loaded and stored as the newest row, K
+// multiply-adds, the sum stored to u.
+void ConvTrafficImpl(const float* HWY_RESTRICT w, float* HWY_RESTRICT state,
+                     const float* HWY_RESTRICT x, float* HWY_RESTRICT u, size_t channels,
+                     size_t kernel) {
+  const hn::CappedTag<float, kConvBlock> d;
+  const size_t N = hn::Lanes(d);
+  constexpr size_t B = kConvBlock;
+  const size_t K = kernel;
+  for (size_t c = 0; c + B <= channels; c += B) {
+    const float* wb = w + c * K;
+    float* s = state + c * (K - 1);
+    for (size_t i = 0; i < B; i += N) {
+      auto acc = hn::Zero(d);
+      for (size_t j = 0; j + 1 < K; ++j) {
+        const auto v = hn::LoadU(d, s + j * B + i);
+        acc = hn::MulAdd(hn::LoadU(d, wb + j * B + i), v, acc);
+        if (j > 0) hn::StoreU(v, d, s + (j - 1) * B + i);
+      }
+      const auto xv = hn::LoadU(d, x + c + i);
+      acc = hn::MulAdd(hn::LoadU(d, wb + (K - 1) * B + i), xv, acc);
+      if (K > 1) hn::StoreU(xv, d, s + (K - 2) * B + i);
+      hn::StoreU(acc, d, u + c + i);
+    }
+  }
+}
+
 size_t LanesImpl() { return hn::Lanes(hn::ScalableTag<float>()); }
 
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
@@ -115,6 +146,7 @@ HWY_AFTER_NAMESPACE();
 namespace kvspec {
 namespace bench {
 
+HWY_EXPORT(ConvTrafficImpl);
 HWY_EXPORT(FmaLoopImpl);
 HWY_EXPORT(LanesImpl);
 HWY_EXPORT(ReadStreamsImpl);
@@ -136,6 +168,10 @@ size_t ReadStreamsBytes(size_t bytes, size_t streams) {
 }
 void ScaleInPlace(float* data, size_t n, float scale) {
   HWY_DYNAMIC_DISPATCH(ScaleInPlaceImpl)(data, n, scale);
+}
+void ConvTraffic(const float* w, float* state, const float* x, float* u, size_t channels,
+                 size_t kernel) {
+  HWY_DYNAMIC_DISPATCH(ConvTrafficImpl)(w, state, x, u, channels, kernel);
 }
 const char* LimitsTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 

@@ -24,6 +24,14 @@ size_t ReadStreamsBytes(size_t bytes, size_t streams);
 // chosen now (four per round), then the scalar tail: the access pattern of
 // an in-place state update.
 void ScaleInPlace(float* data, size_t n, float scale);
+// The memory traffic of ConvStep (kernels/conv1d.h) with its multiply-adds
+// and without its SiLU, on the target chosen now: the packed weights and the
+// kernel-order state of `channels` (whole kConvBlock blocks only; a last
+// narrower block is skipped) read, the state shifted in place with x as its
+// newest row, u = the multiply-add sums. What the step's loads and stores
+// cost with this layout.
+void ConvTraffic(const float* w, float* state, const float* x, float* u, size_t channels,
+                 size_t kernel);
 // The target FmaLoop and ReadStreams dispatch to now.
 const char* LimitsTargetName();
 

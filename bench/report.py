@@ -324,6 +324,12 @@ def table_rows(runs, path, rows):
         row("conv1d decode step, 8192 channels, K = 4", "%.2f us" % us,
             "ggml SSM_CONV+SILU %.2f us" % (seconds(g) * 1e6) if g else "",
             seconds(g) / seconds(conv) if g else None, "<= 3 us", us <= 3)
+        # What the step's own loads, stores and multiply-adds cost with no
+        # SiLU (bench::ConvTraffic, same buffers, same process).
+        walk = runs.get("BM_ConvWalk/%s/8192/4" % target)
+        if walk and us > 3:
+            row("bound of the above: the step's loads, stores and multiply-adds alone "
+                "(ConvWalk, no SiLU)", "%.2f us" % (seconds(walk) * 1e6), "", None, "", None)
     return target
 
 

@@ -28,6 +28,8 @@
 //                                                restore the keep-th copy
 //   BM_ConvStep/<target>/<channels>/<kernel>     ConvStep alone, hot; kernel 1
 //                                                is the SiLU's own cost
+//   BM_ConvWalk/<target>/<channels>/<kernel>     its loads, stores and
+//                                                multiply-adds alone (no SiLU)
 //   BM_DecodeThreads, BM_DecodeHotThreads/<target>/<value heads>/<rows>/
 //     <threads>/real_time  decode with the heads on a pool (wall clock)
 //
@@ -532,8 +534,11 @@ void RunCheckpointPerToken(benchmark::State& state, int64_t target, int32_t keep
 // ---------------------------------------------------------------------------
 // ConvStep alone, hot, in place as the cache calls it (packed weights and
 // the state in the kernel's order, kernels/conv1d.h). K = 1 is the SiLU's
-// own cost: one multiply per channel, no state, the same SiLU.
-void RunConvStep(benchmark::State& state, int64_t target, size_t channels, size_t kernel) {
+// own cost: one multiply per channel, no state, the same SiLU. With `walk`
+// (BM_ConvWalk), bench::ConvTraffic on the same buffers instead: the step's
+// loads, stores and multiply-adds without the SiLU, on the same target.
+void RunConvStep(benchmark::State& state, int64_t target, size_t channels, size_t kernel,
+                 bool walk = false) {
   bench::DispatchCheck scope(target, GatedDeltaTargetName, "GatedDeltaStep");
   if (!scope.Check(state)) return;
   std::vector<float> w(kernel * channels), packed(kernel * channels),
@@ -545,8 +550,12 @@ void RunConvStep(benchmark::State& state, int64_t target, size_t channels, size_
   PackConvWeights(w.data(), packed.data(), channels, kernel);
   const double start = ProcessSeconds();
   for (auto _ : state) {
-    ConvStep(packed.data(), conv_state.data(), conv_state.data(), x.data(), u.data(), channels,
-             kernel);
+    if (walk) {
+      bench::ConvTraffic(packed.data(), conv_state.data(), x.data(), u.data(), channels, kernel);
+    } else {
+      ConvStep(packed.data(), conv_state.data(), conv_state.data(), x.data(), u.data(), channels,
+               kernel);
+    }
     benchmark::ClobberMemory();
   }
   const double seconds = ProcessSeconds() - start;
@@ -713,6 +722,13 @@ void RegisterAll() {
           ->Args({static_cast<int64_t>(kConvChannels), static_cast<int64_t>(kernel)})
           ->Unit(benchmark::kMicrosecond);
     }
+    benchmark::RegisterBenchmark(
+        ("BM_ConvWalk/" + std::string(hwy::TargetName(target))).c_str(),
+        [target](benchmark::State& state) {
+          RunConvStep(state, target, kConvChannels, kConvKernel, /*walk=*/true);
+        })
+        ->Args({static_cast<int64_t>(kConvChannels), kConvKernel})
+        ->Unit(benchmark::kMicrosecond);
   }
   RegisterThreaded(targets);
 }
