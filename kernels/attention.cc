@@ -256,12 +256,12 @@ HWY_INLINE size_t AdmittedRows(const Block<T>& b, int32_t lo, int32_t hi,
 // storage each block's rows requested again into L1 as its computation
 // starts. Measured with bench/alternate/run bench/alternate/prefetch-l1.patch
 // (on: into L1; off: into L2 and the fp32 request at the start) on an Ice
-// Lake-SP core (AVX3), three runs of 11-15 rounds in one process, the
-// medians of the rounds' on/off ratios: cold decode (16384 tokens) 0.96-0.97
+// Lake-SP core (AVX3), five runs of 11-21 rounds in one process, the
+// medians of the rounds' on/off ratios: cold decode (16384 tokens) 0.95-0.97
 // at fp32 dim 64, 0.97-1.00 at dim 128, 1.00-1.02 at dim 256, bf16
-// 0.95-1.01; in L2, fp32 0.76-0.95 (the start-of-block requests stalled on
+// 0.93-1.01; in L2, fp32 0.76-0.95 (the start-of-block requests stalled on
 // L1's miss buffers while the lines came from L2); window attention (64
-// queries after 1024 tokens) 0.99. On a Zen 4 core the requests into L1
+// queries after 1024 tokens, three of the runs) 0.99-1.02. On a Zen 4 core the requests into L1
 // stalled the core on its miss buffers (cold fp32 decode, dim 128, 16384
 // tokens: 16.0 ms CPU against 9.6 into L2, back-to-back builds), and on a
 // Zen 5 core (AVX3) the fp32 request at the start of each block made cold
