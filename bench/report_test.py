@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Tests of bench/report.py's table (run by ctest): the rows the README's
+table of goals is made of, from small Google Benchmark JSON files written
+here (no benchmark runs).
+
+usage: report_test.py [unittest options]
+
+- A goal's row says met or not met from the figures, with the right ratio.
+- The bound rows appear exactly when their goal is not met: the decode's
+  walk against ggml (BM_DecodeWalk) and conv1d's traffic (BM_ConvWalk).
+- Fractions of a limit come from the same file only.
+"""
+import contextlib
+import importlib.machinery
+import importlib.util
+import io
+import json
+import os
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_loader = importlib.machinery.SourceFileLoader("report", os.path.join(HERE, "report.py"))
+_spec = importlib.util.spec_from_loader("report", _loader)
+report = importlib.util.module_from_spec(_spec)
+_loader.exec_module(report)
+
+
+def median(name, cpu_time, unit="us", **counters):
+    entry = {"name": name + "_median", "run_name": name, "run_type": "aggregate",
+             "aggregate_name": "median", "cpu_time": cpu_time, "real_time": cpu_time,
+             "time_unit": unit}
+    entry.update(counters)
+    return entry
+
+
+class Table(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def table(self, suites):
+        """report.py table over {suite: [entries]}; its rows by 'what'."""
+        paths = []
+        for suite, entries in suites.items():
+            path = os.path.join(self.dir.name, suite + ".json")
+            with open(path, "w") as f:
+                json.dump({"context": {"load_avg": [0.5, 0.5, 0.5]}, "benchmarks": entries}, f)
+            paths.append(path)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            report.table(paths, "test CPU")
+        rows = {}
+        for line in out.getvalue().splitlines():
+            if line.startswith("| ") and not line.startswith("| what"):
+                cells = [c.strip() for c in line.strip("|").split("|")]
+                rows[cells[0]] = cells[1:]
+        return rows
+
+    def ssm(self, conv_us, walk_us=None):
+        entries = [median("BM_PeakFma/AVX3", 1.0, flops=1.5e11),
+                   median("BM_ConvStep/AVX3/8192/4", conv_us)]
+        if walk_us is not None:
+            entries.append(median("BM_ConvWalk/AVX3/8192/4", walk_us))
+        return self.table({"ssm": entries})
+
+    def test_conv_goal_met_has_no_bound_row(self):
+        rows = self.ssm(2.5, walk_us=2.0)
+        self.assertEqual(rows["ssm: conv1d decode step, 8192 channels, K = 4"][0], "2.50 us")
+        self.assertEqual(rows["ssm: conv1d decode step, 8192 channels, K = 4"][-1], "met")
+        self.assertFalse([w for w in rows if "ConvWalk" in w])
+
+    def test_conv_goal_not_met_gives_the_walk_as_its_bound(self):
+        rows = self.ssm(6.0, walk_us=5.25)
+        self.assertEqual(rows["ssm: conv1d decode step, 8192 channels, K = 4"][-1], "**not met**")
+        bound = [r for w, r in rows.items() if "ConvWalk" in w]
+        self.assertEqual(len(bound), 1)
+        self.assertEqual(bound[0][0], "5.25 us")
+        self.assertEqual(bound[0][-1], "")  # a bound, not a goal
+
+    def test_conv_without_walk_has_no_bound_row(self):
+        rows = self.ssm(6.0)
+        self.assertFalse([w for w in rows if "ConvWalk" in w])
+
+    def attention(self, decode_ms, ggml_ms, walk_ms):
+        entries = [median("BM_PeakFma/AVX3", 1.0, flops=1.5e11),
+                   median("BM_ReadProbe/AVX3/8/1048576", 1.0, bytes_per_second=14e9),
+                   median("BM_DecodeWalk/f32/64/16384", walk_ms, unit="ms",
+                          bytes_per_second=13e9),
+                   median("BM_Decode/AVX3/f32/64/16384", decode_ms, unit="ms",
+                          bytes_per_second=11e9, read_fraction=11 / 14),
+                   median("BM_DecodeGgml/f32/64/16384", ggml_ms, unit="ms")]
+        return self.table({"attention": entries})
+
+    def test_decode_under_3x_ggml_gives_its_walk_as_bound(self):
+        rows = self.attention(decode_ms=6.0, ggml_ms=15.0, walk_ms=5.0)
+        what = "attention: kvspec f32 vs ggml f32 decode, dim 64, 16384 tokens"
+        self.assertEqual(rows[what][2], "2.50")
+        self.assertEqual(rows[what][-1], "**not met**")
+        bound = [r for w, r in rows.items() if w.startswith("attention: bound of the above")]
+        self.assertEqual(len(bound), 1)
+        self.assertEqual(bound[0][2], "3.00")  # 15 / 5
+
+    def test_decode_at_3x_ggml_has_no_bound_row(self):
+        rows = self.attention(decode_ms=5.0, ggml_ms=15.0, walk_ms=4.0)
+        what = "attention: kvspec f32 vs ggml f32 decode, dim 64, 16384 tokens"
+        self.assertEqual(rows[what][-1], "met")
+        self.assertFalse([w for w in rows if w.startswith("attention: bound of the above")])
+
+    def test_read_fraction_row(self):
+        rows = self.attention(decode_ms=6.0, ggml_ms=15.0, walk_ms=5.0)
+        what = "attention: decode f32 cold, dim 64, 16384 tokens"
+        self.assertEqual(rows[what][0], "11.00 GB/s")
+        self.assertEqual(rows[what][2], "0.79")
+        self.assertEqual(rows[what][-1], "**not met**")
+
+
+if __name__ == "__main__":
+    unittest.main()
