@@ -252,24 +252,24 @@ HWY_INLINE size_t AdmittedRows(const Block<T>& b, int32_t lo, int32_t hi,
 // before its computation).
 //
 // Where to: on Intel cores into L1 (prefetcht0), as the decode's walk
-// (BM_DecodeWalk) does; elsewhere into L2 (prefetcht1), and with fp32
-// storage each block's rows requested again into L1 as its computation
-// starts. Measured with bench/alternate/run bench/alternate/prefetch-l1.patch
-// (on: into L1; off: into L2 and the fp32 request at the start) on an Ice
-// Lake-SP core (AVX3), five runs of 11-21 rounds in one process, the
-// medians of the rounds' on/off ratios: cold decode (16384 tokens) 0.95-0.97
-// at fp32 dim 64, 0.97-1.00 at dim 128, 1.00-1.02 at dim 256, bf16
-// 0.93-1.01; in L2, fp32 0.76-0.95 (the start-of-block requests stalled on
-// L1's miss buffers while the lines came from L2); window attention (64
-// queries after 1024 tokens, three of the runs) 0.99-1.02. On a Zen 4 core the requests into L1
-// stalled the core on its miss buffers (cold fp32 decode, dim 128, 16384
-// tokens: 16.0 ms CPU against 9.6 into L2, back-to-back builds), and on a
-// Zen 5 core (AVX3) the fp32 request at the start of each block made cold
-// fp32 decode of 16384 and 32768 tokens, dims 64 to 256, 6-21% faster in
-// five alternated rounds (medians of 3 each), the window the same within
-// the spread; with bf16, whose widening makes a block's computation longer,
-// it was 5-7% slower at dim 64 and up to 14% faster at dim 256 (the best of
-// three rounds each), so bf16 does without it.
+// (BM_DecodeWalk) does; elsewhere into L2 (prefetcht1), and with fp32 storage
+// each block's rows requested again into L1 as its computation starts.
+// Measured with bench/alternate/run bench/alternate/prefetch-l1.patch (on:
+// into L1; off: into L2 and the fp32 request at the start) on an Ice Lake-SP
+// core (AVX3), five runs of 11-21 rounds in one process, the medians of the
+// rounds' on/off ratios: cold decode (16384 tokens) 0.95-0.97 at fp32 dim 64,
+// 0.97-1.00 at dim 128, 1.00-1.02 at dim 256, bf16 0.93-1.01; in L2, fp32
+// 0.76-0.95 (the start-of-block requests stalled on L1's miss buffers while
+// the lines came from L2); window attention (64 queries after 1024 tokens,
+// three of the runs) 0.99-1.02. On a Zen 4 core the requests into L1 stalled
+// the core on its miss buffers (cold fp32 decode, dim 128, 16384 tokens: 16.0
+// ms CPU against 9.6 into L2, one binary, back to back), and on a Zen 5 core
+// (AVX3) the fp32 request at the start of each block made cold fp32 decode of
+// 16384 and 32768 tokens, dims 64 to 256, 6-21% faster in five alternated
+// rounds (medians of 3 each), the window the same within the spread; with
+// bf16, whose widening makes a block's computation longer, it was 5-7% slower
+// at dim 64 and up to 14% faster at dim 256 (the best of three rounds each),
+// so bf16 does without it.
 template <typename T, class Sink>
 HWY_INLINE void ForEachBlock(const AttendPlan& p, const QueryTile& tile, const T* head,
                              AttendScratch<T>& scratch, Sink& sink, int32_t begin,
