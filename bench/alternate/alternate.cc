@@ -43,7 +43,7 @@ struct Cache {
   int next = 0;
 
   // A cache of s slots (positions 0..s-1) read by `queries` causal queries
-  // at positions s - queries .. s - 1 (one: a decode at position s).
+  // at positions s - queries .. s - 1 (one: a decode that admits them all).
   Cache(int d, int s, int c, int queries = 1) : dim(d), slots(s), copies(c) {
     per = static_cast<size_t>(kv_heads) * slots * dim;
     k.resize(per * copies);
@@ -72,7 +72,7 @@ struct Cache {
     mask.slot_stride = mask.slots = slots;
     mask.first_slot = 0;
     for (int i = 0; i < queries; ++i) {
-      const int32_t at = queries == 1 ? slots : slots - queries + i;
+      const int32_t at = slots - queries + i;
       mask.query_pos.push_back(at);
       mask.lo.push_back(0);
       mask.hi.push_back(at);
