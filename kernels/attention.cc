@@ -30,18 +30,16 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>  // __get_cpuid: the CPU family, for AttentionPrefetchesIntoL1
+#endif
+
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/attention-inl.h"
 #include "kernels/thread_pool.h"
-
-namespace kvspec {
-// Whether the rows of the next block are requested into L1 rather than L2
-// (see ForEachBlock): true on Intel cores. Defined once, below.
-bool AheadIntoL1();
-}  // namespace kvspec
 
 HWY_BEFORE_NAMESPACE();
 namespace kvspec {
@@ -61,7 +59,7 @@ struct AttendPlan {
   size_t per_query = 0;    // a query's scores: [group][padded]
   int32_t block = 0;       // slots per block
   int32_t tile = 0;        // queries per tile
-  bool l1 = false;         // the next block requested into L1 (AheadIntoL1)
+  bool l1 = false;         // the next block requested into L1 (AttentionPrefetchesIntoL1)
 };
 
 template <typename T>
@@ -91,7 +89,7 @@ HWY_INLINE AttendPlan MakePlan(int q_heads, const KvView& kv, const Mask& mask) 
   // 16% faster than untiled, 64 queries: 12%; 16-query tiles lost at 128).
   // A query's arithmetic does not depend on its tile.
   p.tile = std::min<int32_t>(p.queries, 32);
-  p.l1 = AheadIntoL1();
+  p.l1 = AttentionPrefetchesIntoL1(sizeof(T) == 2);
   return p;
 }
 
@@ -251,7 +249,8 @@ HWY_INLINE size_t AdmittedRows(const Block<T>& b, int32_t lo, int32_t hi,
 // less time here than with the next block's prefetches issued at once
 // before its computation).
 //
-// Where to: on Intel cores into L1 (prefetcht0), as the decode's walk
+// Where to (AttentionPrefetchesIntoL1): on Intel cores, and for bf16 on AMD
+// Zen 5 and later, into L1 (prefetcht0), as the decode's walk
 // (BM_DecodeWalk) does; elsewhere into L2 (prefetcht1), and with fp32 storage
 // each block's rows requested again into L1 as its computation starts.
 // Measured with bench/alternate/run bench/alternate/prefetch-l1.patch (on:
@@ -269,7 +268,12 @@ HWY_INLINE size_t AdmittedRows(const Block<T>& b, int32_t lo, int32_t hi,
 // rounds (medians of 3 each), the window the same within the spread; with
 // bf16, whose widening makes a block's computation longer, it was 5-7% slower
 // at dim 64 and up to 14% faster at dim 256 (the best of three rounds each),
-// so bf16 does without it.
+// so bf16 does without it. On another Zen 5 (AMD family 0x1A, AVX3, stop 37)
+// bf16 with the next block requested into L1 along the computation instead
+// of L2 (bench/alternate/l1-along-bf16.patch, 21 rounds) took 0.87 of the
+// time at dim 64, 0.96 at 128 and 0.93 at 256 cold, 0.97-0.99 in L2, while
+// fp32 into L1 (prefetch-l1.patch, 15 rounds) took 1.07-1.10 cold: bf16 goes
+// into L1 there. Zen 4 keeps L2 for both (its bf16 was not measured).
 template <typename T, class Sink>
 HWY_INLINE void ForEachBlock(const AttendPlan& p, const QueryTile& tile, const T* head,
                              AttendScratch<T>& scratch, Sink& sink, int32_t begin,
@@ -675,14 +679,21 @@ namespace kvspec {
 HWY_EXPORT(AttendImpl);
 HWY_EXPORT(TargetName);
 
-bool AheadIntoL1() {
+bool AttentionPrefetchesIntoL1(bool bf16) {
 #if HWY_ARCH_X86 && (defined(__GNUC__) || defined(__clang__))
-  static const bool intel = [] {
+  // 0: elsewhere, 1: Intel, 2: AMD family 0x1A (Zen 5) or later.
+  static const int cpu = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_is("intel") != 0;
+    if (__builtin_cpu_is("intel")) return 1;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__builtin_cpu_is("amd") || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 0;
+    const unsigned base = (eax >> 8) & 0xF;
+    const unsigned family = base == 0xF ? base + ((eax >> 20) & 0xFF) : base;
+    return family >= 0x1A ? 2 : 0;
   }();
-  return intel;
+  return cpu == 1 || (cpu == 2 && bf16);
 #else
+  (void)bf16;
   return false;
 #endif
 }

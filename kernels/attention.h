@@ -66,5 +66,10 @@ void AttendReference(const float* q, int q_heads, const KvView& kv,
 
 // The Highway target Attend dispatches to now, e.g. "AVX3".
 const char* AttentionTargetName();
+// Whether Attend requests the next block of keys or values into L1 (true)
+// or into L2 on this CPU, for bf16 (bf16) or fp32 storage: on Intel cores
+// and, for bf16, on AMD Zen 5 and later (see ForEachBlock in attention.cc).
+// The benchmarks that mirror the kernel's reads ask it.
+bool AttentionPrefetchesIntoL1(bool bf16);
 
 }  // namespace kvspec
