@@ -24,6 +24,11 @@
 //   walk over the same cold caches (rows in the same blocks and order, the
 //   next block prefetched) with no arithmetic: what the access pattern alone
 //   reaches, the decode's ceiling on this core.
+// - BM_DecodeFmaWalk/<f32|bf16>/<head dim>/<cache length>: the same walk
+//   with the decode's multiply-adds (4 query heads per row, 16 accumulators)
+//   and the requests Attend makes on this CPU, without its lane sums,
+//   softmax or gather: what the decode's loads and arithmetic alone reach in
+//   its order (report.py's bound row for the 0.85 goal).
 // - BM_DecodeSliding/<target>/f32/<head dim>/<cache length>/<window>: a
 //   decode through a sliding window of 4096 over a longer plain cache: cost
 //   should follow the visible length (masked-out slots are never read).
@@ -39,7 +44,7 @@
 // Counters: bytes_per_second counts the K and V bytes of the admitted slots
 // once per call (the least a kernel must read); items_per_second counts
 // attended (query, slot) pairs. read_fraction (cold runs of kvspec only:
-// not hot runs, the peer or the walk, which give GB/s) = bytes_per_second
+// not hot runs, the peer or the walks, which give GB/s) = bytes_per_second
 // over the read limit above, medians of this process; fma_fraction (window
 // benchmarks) =
 // flops per second (4 * head_dim per query head and attended pair) over
@@ -558,6 +563,45 @@ void BM_DecodeWalk(benchmark::State& state, const Shape& shape) {
   state.counters["caches"] = static_cast<double>(rotate);
 }
 
+// The decode's loads and multiply-adds alone (bench::DecodeTraffic): per KV
+// head, the keys then the values in the walk's order, with the requests
+// Attend makes on this CPU, every vector loaded and multiplied into the
+// group's accumulators, without the lane sums, the softmax or the gather of
+// admitted slots. Reported as the bound of the decode's goals it misses.
+void BM_DecodeFmaWalk(benchmark::State& state, const Shape& shape) {
+  const size_t rotate = ColdCount(shape);
+  const auto& cases = Cases(shape, rotate);
+  double bytes = 0, pairs = 0;
+  CountWork(*cases[0], shape, &bytes, &pairs);
+  const size_t slots = static_cast<size_t>(cases[0]->view.slots) / 4 * 4;
+  const size_t head_stride = cases[0]->view.head_stride;
+  const bool bf16 = shape.dtype != DType::kF32;
+  const size_t elem = DTypeBytes(shape.dtype);
+  const bool l1 = AttentionPrefetchesIntoL1(bf16);
+  std::vector<float> q(static_cast<size_t>(kGroup) * shape.dim, 0.01f);
+  size_t next = 0;
+  float sum = 0;
+  const double start = ProcessSeconds();
+  for (auto _ : state) {
+    const AttentionCase& c = *cases[next];
+    next = next + 1 == rotate ? 0 : next + 1;
+    const char* bases[2] = {bf16 ? reinterpret_cast<const char*>(c.view.k_bf16)
+                                 : reinterpret_cast<const char*>(c.view.k),
+                            bf16 ? reinterpret_cast<const char*>(c.view.v_bf16)
+                                 : reinterpret_cast<const char*>(c.view.v)};
+    for (int kh = 0; kh < kKvHeads; ++kh) {
+      for (const char* base : bases) {
+        sum += bench::DecodeTraffic(base + static_cast<size_t>(kh) * head_stride * elem, bf16,
+                                    slots, static_cast<size_t>(shape.dim), q.data(), l1);
+      }
+    }
+    benchmark::DoNotOptimize(sum);
+  }
+  const double seconds = ProcessSeconds() - start;
+  ReportReads(state, bytes, pairs, seconds, 0.0);
+  state.counters["caches"] = static_cast<double>(rotate);
+}
+
 // ---------------------------------------------------------------------------
 // Multi-core decode (flash-decoding, kernels/attention.h AttendOptions):
 // BM_DecodeThreads/<target>/<f32|bf16>/<head dim>/<length>/<threads> (cold)
@@ -664,6 +708,11 @@ void RegisterAll() {
     if (cold) {
       benchmark::RegisterBenchmark((std::string("BM_DecodeWalk/") + DTypeName(dtype)).c_str(),
                                    [shape](benchmark::State& state) { BM_DecodeWalk(state, shape); })
+          ->Args({dim, length})
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(
+          (std::string("BM_DecodeFmaWalk/") + DTypeName(dtype)).c_str(),
+          [shape](benchmark::State& state) { BM_DecodeFmaWalk(state, shape); })
           ->Args({dim, length})
           ->Unit(benchmark::kMicrosecond);
     }

@@ -3,6 +3,8 @@
 // are reported against (bench/limits.h).
 #include "bench/limits.h"
 
+#include <algorithm>
+
 #include "kernels/conv1d.h"  // kConvBlock
 
 // foreach_target.h includes this file once per target: declared once.
@@ -133,6 +135,78 @@ void ConvTrafficImpl(const float* HWY_RESTRICT w, float* HWY_RESTRICT state,
   }
 }
 
+// The decode's loads and multiply-adds alone (see DecodeTraffic in
+// limits.h): rows in blocks of 8 KiB, the next block's rows requested one per
+// row (into L1 when l1, else into L2 and, for fp32, each block's rows into
+// L1 as it starts, as Attend does), four rows at a time each loaded vector by
+// vector and fed to four query heads' multiply-adds (16 accumulators, no
+// lane sums).
+template <typename T>
+HWY_INLINE hn::Vec<hn::ScalableTag<float>> TrafficLoad(hn::ScalableTag<float> d, const T* p) {
+  if constexpr (sizeof(T) == 4) {
+    return hn::LoadU(d, reinterpret_cast<const float*>(p));
+  } else {
+    const hn::Rebind<uint16_t, decltype(d)> d16;
+    const hn::RebindToUnsigned<decltype(d)> d32;
+    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(d32, hn::LoadU(d16, p))));
+  }
+}
+
+template <typename T>
+float DecodeTrafficT(const T* HWY_RESTRICT head, size_t slots, size_t dim,
+                     const float* HWY_RESTRICT q, bool l1) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const size_t N = hn::Lanes(d);
+  const size_t row_bytes = dim * sizeof(T);
+  const size_t block = std::max<size_t>(8, 8192 / row_bytes);
+  V acc[4][4];
+  for (auto& a : acc) {
+    for (auto& x : a) x = hn::Zero(d);
+  }
+  for (size_t t0 = 0; t0 < slots; t0 += block) {
+    const size_t t1 = std::min(slots, t0 + block);
+    if (sizeof(T) == 4 && !l1) {
+      const char* rows = reinterpret_cast<const char*>(head + t0 * dim);
+      for (size_t b = 0; b < (t1 - t0) * row_bytes; b += 64) __builtin_prefetch(rows + b, 0, 3);
+    }
+    for (size_t t = t0; t + 4 <= t1; t += 4) {
+      for (size_t s = 0; s < 4 && t + s + block < slots; ++s) {
+        const char* ahead = reinterpret_cast<const char*>(head + (t + s + block) * dim);
+        if (l1) {
+          for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b, 0, 3);
+        } else {
+          for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b, 0, 2);
+        }
+      }
+      const T* r0 = head + t * dim;
+      for (size_t i = 0; i + N <= dim; i += N) {
+        const V k0 = TrafficLoad(d, r0 + i), k1 = TrafficLoad(d, r0 + dim + i);
+        const V k2 = TrafficLoad(d, r0 + 2 * dim + i), k3 = TrafficLoad(d, r0 + 3 * dim + i);
+        HWY_UNROLL(4)
+        for (size_t g = 0; g < 4; ++g) {
+          const V qv = hn::LoadU(d, q + g * dim + i);
+          acc[g][0] = hn::MulAdd(qv, k0, acc[g][0]);
+          acc[g][1] = hn::MulAdd(qv, k1, acc[g][1]);
+          acc[g][2] = hn::MulAdd(qv, k2, acc[g][2]);
+          acc[g][3] = hn::MulAdd(qv, k3, acc[g][3]);
+        }
+      }
+    }
+  }
+  V sum = hn::Zero(d);
+  for (auto& a : acc) {
+    for (auto& x : a) sum = hn::Add(sum, x);
+  }
+  return hn::GetLane(hn::SumOfLanes(d, sum));
+}
+
+float DecodeTrafficImpl(const void* head, bool bf16, size_t slots, size_t dim, const float* q,
+                        bool l1) {
+  return bf16 ? DecodeTrafficT(static_cast<const uint16_t*>(head), slots, dim, q, l1)
+              : DecodeTrafficT(static_cast<const float*>(head), slots, dim, q, l1);
+}
+
 size_t LanesImpl() { return hn::Lanes(hn::ScalableTag<float>()); }
 
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
@@ -147,6 +221,7 @@ namespace kvspec {
 namespace bench {
 
 HWY_EXPORT(ConvTrafficImpl);
+HWY_EXPORT(DecodeTrafficImpl);
 HWY_EXPORT(FmaLoopImpl);
 HWY_EXPORT(LanesImpl);
 HWY_EXPORT(ReadStreamsImpl);
@@ -172,6 +247,10 @@ void ScaleInPlace(float* data, size_t n, float scale) {
 void ConvTraffic(const float* w, float* state, const float* x, float* u, size_t channels,
                  size_t kernel) {
   HWY_DYNAMIC_DISPATCH(ConvTrafficImpl)(w, state, x, u, channels, kernel);
+}
+float DecodeTraffic(const void* head, bool bf16, size_t slots, size_t dim, const float* q,
+                    bool l1) {
+  return HWY_DYNAMIC_DISPATCH(DecodeTrafficImpl)(head, bf16, slots, dim, q, l1);
 }
 const char* LimitsTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 

@@ -32,6 +32,16 @@ void ScaleInPlace(float* data, size_t n, float scale);
 // cost with this layout.
 void ConvTraffic(const float* w, float* state, const float* x, float* u, size_t channels,
                  size_t kernel);
+// The decode's loads and multiply-adds alone, for one head's keys or
+// values and four query heads (q: [4][dim], dim a multiple of the vector
+// length; slots a multiple of 4): the rows of head (fp32, or bf16 when
+// bf16) in blocks of 8 KiB in slot order, the next block's rows requested
+// one per row where Attend requests them (into L1 when l1, else into L2
+// and, for fp32, each block's rows into L1 as it starts: pass
+// AttentionPrefetchesIntoL1(bf16)), each vector of each row multiplied into
+// four accumulators, no lane sums, softmax or bookkeeping. Returns a sum of
+// the accumulators (pass it to DoNotOptimize).
+float DecodeTraffic(const void* head, bool bf16, size_t slots, size_t dim, const float* q, bool l1);
 // The target FmaLoop and ReadStreams dispatch to now.
 const char* LimitsTargetName();
 

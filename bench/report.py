@@ -26,7 +26,7 @@ import tempfile
 # The first present is the limit a benchmark is held to: a cold window
 # attention reports both, and is bound by FMA throughput. Fractions of a
 # memory limit (read, rw, inplace) are reported by the suites for cold runs
-# of kvspec only: hot runs, the peers (Blas, Ggml) and BM_DecodeWalk give
+# of kvspec only: hot runs, the peers (Blas, Ggml) and the walks give
 # GB/s or GFLOP/s, next to the L1 and L2 read probes.
 FRACTIONS = ("fma_fraction", "read_fraction", "rw_fraction", "inplace_fraction")
 LIMITS = ("BM_Stream", "BM_PeakFma", "BM_ReadProbe")
@@ -108,10 +108,12 @@ def summary(paths):
             ratios.append(("f32 time / bf16 time, %s, dim %s, %s tokens" % (target, dim, length),
                            seconds(b) / seconds(bf16)))
         for dtype, run in (("f32", b), ("bf16", bf16)):
-            walk = runs.get("BM_DecodeWalk/%s/%s/%s" % (dtype, dim, length))
-            if walk and run:
-                ratios.append(("walk time / kvspec time, %s %s, dim %s, %s tokens"
-                               % (target, dtype, dim, length), seconds(walk) / seconds(run)))
+            for kind, label in (("Walk", "walk"), ("FmaWalk", "loads+FMAs walk")):
+                walk = runs.get("BM_Decode%s/%s/%s/%s" % (kind, dtype, dim, length))
+                if walk and run:
+                    ratios.append(("%s time / kvspec time, %s %s, dim %s, %s tokens"
+                                   % (label, target, dtype, dim, length),
+                                   seconds(walk) / seconds(run)))
     # ssm_bench: ggml's GATED_DELTA_NET alone against our whole Forward step,
     # ggml's SSM_CONV + SILU against ConvStep; attention windows.
     for name, b in runs.items():
@@ -247,6 +249,15 @@ def table_rows(runs, path, rows):
                 f = b["bytes_per_second"] / limit
                 row("decode f32 cold, dim %d, %d tokens" % (dim, length), "%.2f GB/s" % gb(b),
                     "read limit %.2f GB/s (%s)" % (limit / 1e9, name), f, ">= 0.85", f >= 0.85)
+                # What the decode's own loads and multiply-adds reach, in its
+                # order and with its requests, without the rest of its work.
+                fma = runs.get("BM_DecodeFmaWalk/f32/%d/%d" % (dim, length))
+                if fma and f < 0.85:
+                    row("bound of the above: the decode's loads and multiply-adds alone, in its "
+                        "order (DecodeFmaWalk, no lane sums, softmax or gather), dim %d, %d tokens"
+                        % (dim, length), "%.2f GB/s" % gb(fma),
+                        "read limit %.2f GB/s (%s)" % (limit / 1e9, name),
+                        fma["bytes_per_second"] / limit, "", None)
             bf16 = runs.get("BM_Decode/%s/bf16/%d/%d" % (target, dim, length))
             if bf16:
                 r = seconds(b) / seconds(bf16)

@@ -7,7 +7,9 @@ usage: report_test.py [unittest options]
 
 - A goal's row says met or not met from the figures, with the right ratio.
 - The bound rows appear exactly when their goal is not met: the decode's
-  walk against ggml (BM_DecodeWalk) and conv1d's traffic (BM_ConvWalk).
+  walk against ggml (BM_DecodeWalk), the decode's loads and multiply-adds
+  against the read limit (BM_DecodeFmaWalk) and conv1d's traffic
+  (BM_ConvWalk).
 - Fractions of a limit come from the same file only.
 """
 import contextlib
@@ -84,15 +86,39 @@ class Table(unittest.TestCase):
         rows = self.ssm(6.0)
         self.assertFalse([w for w in rows if "ConvWalk" in w])
 
-    def attention(self, decode_ms, ggml_ms, walk_ms):
+    def attention(self, decode_ms, ggml_ms, walk_ms, fma_walk=None, decode_rate=11e9):
         entries = [median("BM_PeakFma/AVX3", 1.0, flops=1.5e11),
                    median("BM_ReadProbe/AVX3/8/1048576", 1.0, bytes_per_second=14e9),
                    median("BM_DecodeWalk/f32/64/16384", walk_ms, unit="ms",
                           bytes_per_second=13e9),
                    median("BM_Decode/AVX3/f32/64/16384", decode_ms, unit="ms",
-                          bytes_per_second=11e9, read_fraction=11 / 14),
+                          bytes_per_second=decode_rate),
                    median("BM_DecodeGgml/f32/64/16384", ggml_ms, unit="ms")]
+        if fma_walk is not None:  # its rate, bytes per second
+            entries.append(median("BM_DecodeFmaWalk/f32/64/16384", 1.0, unit="ms",
+                                  bytes_per_second=fma_walk))
         return self.table({"attention": entries})
+
+    def fma_bound(self, rows):
+        return [r for w, r in rows.items() if "DecodeFmaWalk" in w]
+
+    def test_decode_under_its_goal_gives_its_loads_and_fmas_as_bound(self):
+        rows = self.attention(decode_ms=6.0, ggml_ms=30.0, walk_ms=5.0, fma_walk=12.6e9)
+        bound = self.fma_bound(rows)
+        self.assertEqual(len(bound), 1)
+        self.assertEqual(bound[0][0], "12.60 GB/s")
+        self.assertEqual(bound[0][1], "read limit 14.00 GB/s (ReadProbe/AVX3/8/1048576)")
+        self.assertEqual(bound[0][2], "0.90")
+        self.assertEqual(bound[0][-1], "")  # a bound, not a goal
+
+    def test_decode_at_its_goal_has_no_fma_bound_row(self):
+        rows = self.attention(decode_ms=6.0, ggml_ms=30.0, walk_ms=5.0, fma_walk=13e9,
+                              decode_rate=12e9)
+        self.assertEqual(rows["attention: decode f32 cold, dim 64, 16384 tokens"][-1], "met")
+        self.assertFalse(self.fma_bound(rows))
+
+    def test_decode_without_fma_walk_has_no_fma_bound_row(self):
+        self.assertFalse(self.fma_bound(self.attention(decode_ms=6.0, ggml_ms=30.0, walk_ms=5.0)))
 
     def test_decode_under_3x_ggml_gives_its_walk_as_bound(self):
         rows = self.attention(decode_ms=6.0, ggml_ms=15.0, walk_ms=5.0)
