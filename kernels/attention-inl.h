@@ -47,6 +47,43 @@ HWY_INLINE float Element(const uint16_t* p, int i) { return Bf16ToFloat(p[i]); }
 // follows one tree whatever the other vectors hold: lanes (0 + 2) + (1 + 3)
 // within each 128-bit block, then the blocks in order, so a score does not
 // depend on which vectors share its reduction.
+#if HWY_TARGET != HWY_SCALAR
+// The first step of SumsOf4: per 128-bit block, lane i = (v_i[0] +
+// v_i[2]) + (v_i[1] + v_i[3]).
+HWY_INLINE VF BlockSumsOf4(DF d, VF v0, VF v1, VF v2, VF v3) {
+  const hn::Repartition<uint64_t, DF> d64;
+  const VF s01 = hn::Add(hn::InterleaveLower(d, v0, v1), hn::InterleaveUpper(d, v0, v1));
+  const VF s23 = hn::Add(hn::InterleaveLower(d, v2, v3), hn::InterleaveUpper(d, v2, v3));
+  const auto w01 = hn::BitCast(d64, s01);
+  const auto w23 = hn::BitCast(d64, s23);
+  return hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, w01, w23)),
+                 hn::BitCast(d, hn::InterleaveUpper(d64, w01, w23)));
+}
+#endif
+
+// Whether SumsOf16 exists: on 512-bit x86 targets.
+#undef KVSPEC_SUMS_OF_16
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define KVSPEC_SUMS_OF_16 1
+// SumsOf4 of four groups of four vectors at once, given each group's
+// BlockSumsOf4 r_j: lane 4j + i = the sum of the lanes of the group's v_i,
+// the same tree (its blocks added in order) in one vector, by a transpose
+// of the four vectors' 128-bit blocks instead of a store and reloads.
+HWY_INLINE VF SumsOf16(VF r0, VF r1, VF r2, VF r3) {
+  const __m512 t0 = _mm512_shuffle_f32x4(r0.raw, r1.raw, 0x44);  // r0 b0 b1, r1 b0 b1
+  const __m512 t1 = _mm512_shuffle_f32x4(r0.raw, r1.raw, 0xEE);  // r0 b2 b3, r1 b2 b3
+  const __m512 t2 = _mm512_shuffle_f32x4(r2.raw, r3.raw, 0x44);
+  const __m512 t3 = _mm512_shuffle_f32x4(r2.raw, r3.raw, 0xEE);
+  const VF b0{_mm512_shuffle_f32x4(t0, t2, 0x88)};  // block 0 of r0, r1, r2, r3
+  const VF b1{_mm512_shuffle_f32x4(t0, t2, 0xDD)};
+  const VF b2{_mm512_shuffle_f32x4(t1, t3, 0x88)};
+  const VF b3{_mm512_shuffle_f32x4(t1, t3, 0xDD)};
+  return hn::Add(hn::Add(hn::Add(b0, b1), b2), b3);
+}
+#else
+#define KVSPEC_SUMS_OF_16 0
+#endif
+
 HWY_INLINE void SumsOf4(DF d, VF v0, VF v1, VF v2, VF v3, float* HWY_RESTRICT out) {
 #if HWY_TARGET == HWY_SCALAR
   (void)d;
@@ -55,14 +92,7 @@ HWY_INLINE void SumsOf4(DF d, VF v0, VF v1, VF v2, VF v3, float* HWY_RESTRICT ou
   out[2] = hn::GetLane(v2);
   out[3] = hn::GetLane(v3);
 #else
-  const hn::Repartition<uint64_t, DF> d64;
-  const VF s01 = hn::Add(hn::InterleaveLower(d, v0, v1), hn::InterleaveUpper(d, v0, v1));
-  const VF s23 = hn::Add(hn::InterleaveLower(d, v2, v3), hn::InterleaveUpper(d, v2, v3));
-  const auto w01 = hn::BitCast(d64, s01);
-  const auto w23 = hn::BitCast(d64, s23);
-  // Per block: lane i = (v_i[0] + v_i[2]) + (v_i[1] + v_i[3]).
-  const VF r = hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, w01, w23)),
-                       hn::BitCast(d, hn::InterleaveUpper(d64, w01, w23)));
+  const VF r = BlockSumsOf4(d, v0, v1, v2, v3);
   const size_t N = hn::Lanes(d);
   HWY_ALIGN float lanes[16];  // x86 vectors hold at most 16 floats
   hn::Store(r, d, lanes);
@@ -186,6 +216,23 @@ HWY_INLINE void ScoreBlock(const float* HWY_RESTRICT q, int dim, const T* const*
       for (int s = 0; s < kS; ++s) acc[g][s] = hn::MulAdd(qv, k[s], acc[g][s]);
     }
   }
+#if KVSPEC_SUMS_OF_16
+  if constexpr (kG == 4 && kS == 4) {
+    if (i == dim) {  // no scalar tail
+      VF r[4];
+      HWY_UNROLL(4)
+      for (int g = 0; g < 4; ++g) {
+        r[g] = BlockSumsOf4(d, acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
+      }
+      const VF scores = hn::Mul(SumsOf16(r[0], r[1], r[2], r[3]), hn::Set(d, scale));
+      _mm_storeu_ps(out, _mm512_castps512_ps128(scores.raw));
+      _mm_storeu_ps(out + stride, _mm512_extractf32x4_ps(scores.raw, 1));
+      _mm_storeu_ps(out + 2 * stride, _mm512_extractf32x4_ps(scores.raw, 2));
+      _mm_storeu_ps(out + 3 * stride, _mm512_extractf32x4_ps(scores.raw, 3));
+      return;
+    }
+  }
+#endif
   // Lane sums, four accumulators at a time (zeros fill the last four).
   constexpr int kPairs = kG * kS;
   float sums[(kPairs + 3) / 4 * 4];
