@@ -55,6 +55,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -64,6 +65,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <time.h>
@@ -509,6 +511,49 @@ void BM_DecodeBlas(benchmark::State& state, const Shape& shape) {
   state.counters["caches"] = static_cast<double>(rotate);
 }
 
+// A case's keys and values, as bytes of the shape's storage (fp32 or bf16).
+std::array<const char*, 2> KvBytes(const AttentionCase& c, DType dtype) {
+  if (dtype == DType::kF32) {
+    return {reinterpret_cast<const char*>(c.view.k), reinterpret_cast<const char*>(c.view.v)};
+  }
+  return {reinterpret_cast<const char*>(c.view.k_bf16),
+          reinterpret_cast<const char*>(c.view.v_bf16)};
+}
+
+// The frame of the decode's walks: per iteration, the next cold case of the
+// rotation, and per KV head walk(first row of its keys), then walk(first row
+// of its values), rows dim elements of the shape's storage apart, as the
+// decode reads them. Reports the reads as the decode does and returns the
+// bytes of one call and the CPU seconds of the loop.
+template <typename Walk>
+std::pair<double, double> WalkEveryHead(benchmark::State& state, const Shape& shape,
+                                        Walk&& walk) {
+  const size_t rotate = ColdCount(shape);
+  const auto& cases = Cases(shape, rotate);
+  double bytes = 0, pairs = 0;
+  CountWork(*cases[0], shape, &bytes, &pairs);
+  const size_t head_bytes = cases[0]->view.head_stride * DTypeBytes(shape.dtype);
+  size_t next = 0;
+  const double start = ProcessSeconds();
+  for (auto _ : state) {
+    const AttentionCase& c = *cases[next];
+    next = next + 1 == rotate ? 0 : next + 1;
+    const auto bases = KvBytes(c, shape.dtype);
+    for (int kh = 0; kh < kKvHeads; ++kh) {
+      for (const char* base : bases) walk(base + static_cast<size_t>(kh) * head_bytes);
+    }
+  }
+  const double seconds = ProcessSeconds() - start;
+  ReportReads(state, bytes, pairs, seconds, 0.0);
+  state.counters["caches"] = static_cast<double>(rotate);
+  return {bytes, seconds};
+}
+
+// The slots of the shape's cold cases.
+size_t ColdSlots(const Shape& shape) {
+  return static_cast<size_t>(Cases(shape, ColdCount(shape))[0]->view.slots);
+}
+
 // The decode's memory walk without its arithmetic: per KV head, the keys
 // then the values of every slot, in blocks of 8 KiB of rows in slot order,
 // the next block's rows prefetched one per row read (as Attend does, but
@@ -516,51 +561,29 @@ void BM_DecodeBlas(benchmark::State& state, const Shape& shape) {
 // faster), one 4-byte load per 64-byte line. What the access pattern alone reaches on
 // this core: part of the decode's read limit when it beats the probes.
 void BM_DecodeWalk(benchmark::State& state, const Shape& shape) {
-  const size_t rotate = ColdCount(shape);
-  const auto& cases = Cases(shape, rotate);
-  double bytes = 0, pairs = 0;
-  CountWork(*cases[0], shape, &bytes, &pairs);
   const size_t row_bytes = static_cast<size_t>(shape.dim) * DTypeBytes(shape.dtype);
-  const size_t slots = static_cast<size_t>(cases[0]->view.slots);
+  const size_t slots = ColdSlots(shape);
   const size_t block = std::max<size_t>(8, 8192 / row_bytes);
-  const size_t head_bytes = cases[0]->view.head_stride * DTypeBytes(shape.dtype);
-  size_t next = 0;
   uint64_t sum = 0;
-  const double start = ProcessSeconds();
-  for (auto _ : state) {
-    const AttentionCase& c = *cases[next];
-    next = next + 1 == rotate ? 0 : next + 1;
-    const char* bases[2] = {
-        shape.dtype == DType::kF32 ? reinterpret_cast<const char*>(c.view.k)
-                                   : reinterpret_cast<const char*>(c.view.k_bf16),
-        shape.dtype == DType::kF32 ? reinterpret_cast<const char*>(c.view.v)
-                                   : reinterpret_cast<const char*>(c.view.v_bf16)};
-    for (int kh = 0; kh < kKvHeads; ++kh) {
-      for (const char* base : bases) {
-        const char* head = base + static_cast<size_t>(kh) * head_bytes;
-        for (size_t t0 = 0; t0 < slots; t0 += block) {
-          const size_t t1 = std::min(slots, t0 + block);
-          for (size_t t = t0; t < t1; ++t) {
-            if (t + block < slots) {
-              const char* ahead = head + (t + block) * row_bytes;
-              for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b);
-            }
-            const char* row = head + t * row_bytes;
-            for (size_t b = 0; b < row_bytes; b += 64) {
-              uint32_t word;
-              std::memcpy(&word, row + b, sizeof(word));
-              sum += word;
-            }
-          }
+  const auto [bytes, seconds] = WalkEveryHead(state, shape, [&](const char* head) {
+    for (size_t t0 = 0; t0 < slots; t0 += block) {
+      const size_t t1 = std::min(slots, t0 + block);
+      for (size_t t = t0; t < t1; ++t) {
+        if (t + block < slots) {
+          const char* ahead = head + (t + block) * row_bytes;
+          for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b);
+        }
+        const char* row = head + t * row_bytes;
+        for (size_t b = 0; b < row_bytes; b += 64) {
+          uint32_t word;
+          std::memcpy(&word, row + b, sizeof(word));
+          sum += word;
         }
       }
     }
     benchmark::DoNotOptimize(sum);
-  }
-  const double seconds = ProcessSeconds() - start;
-  ReportReads(state, bytes, pairs, seconds, 0.0);
+  });
   WalkRecords()[ShapeKey(shape)].AddRate(bytes * static_cast<double>(state.iterations()), seconds);
-  state.counters["caches"] = static_cast<double>(rotate);
 }
 
 // The decode's loads and multiply-adds alone (bench::DecodeTraffic): per KV
@@ -569,37 +592,15 @@ void BM_DecodeWalk(benchmark::State& state, const Shape& shape) {
 // group's accumulators, without the lane sums, the softmax or the gather of
 // admitted slots. Reported as the bound of the decode's goals it misses.
 void BM_DecodeFmaWalk(benchmark::State& state, const Shape& shape) {
-  const size_t rotate = ColdCount(shape);
-  const auto& cases = Cases(shape, rotate);
-  double bytes = 0, pairs = 0;
-  CountWork(*cases[0], shape, &bytes, &pairs);
-  const size_t slots = static_cast<size_t>(cases[0]->view.slots) / 4 * 4;
-  const size_t head_stride = cases[0]->view.head_stride;
+  const size_t slots = ColdSlots(shape) / 4 * 4;
   const bool bf16 = shape.dtype != DType::kF32;
-  const size_t elem = DTypeBytes(shape.dtype);
   const bool l1 = AttentionPrefetchesIntoL1(bf16);
-  std::vector<float> q(static_cast<size_t>(kGroup) * shape.dim, 0.01f);
-  size_t next = 0;
+  const std::vector<float> q(static_cast<size_t>(kGroup) * shape.dim, 0.01f);
   float sum = 0;
-  const double start = ProcessSeconds();
-  for (auto _ : state) {
-    const AttentionCase& c = *cases[next];
-    next = next + 1 == rotate ? 0 : next + 1;
-    const char* bases[2] = {bf16 ? reinterpret_cast<const char*>(c.view.k_bf16)
-                                 : reinterpret_cast<const char*>(c.view.k),
-                            bf16 ? reinterpret_cast<const char*>(c.view.v_bf16)
-                                 : reinterpret_cast<const char*>(c.view.v)};
-    for (int kh = 0; kh < kKvHeads; ++kh) {
-      for (const char* base : bases) {
-        sum += bench::DecodeTraffic(base + static_cast<size_t>(kh) * head_stride * elem, bf16,
-                                    slots, static_cast<size_t>(shape.dim), q.data(), l1);
-      }
-    }
+  WalkEveryHead(state, shape, [&](const char* head) {
+    sum += bench::DecodeTraffic(head, bf16, slots, static_cast<size_t>(shape.dim), q.data(), l1);
     benchmark::DoNotOptimize(sum);
-  }
-  const double seconds = ProcessSeconds() - start;
-  ReportReads(state, bytes, pairs, seconds, 0.0);
-  state.counters["caches"] = static_cast<double>(rotate);
+  });
 }
 
 // ---------------------------------------------------------------------------
