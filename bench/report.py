@@ -285,6 +285,13 @@ def table_rows(runs, path, rows):
                             "arithmetic) vs ggml f32, dim %d, %d tokens" % (dim, length),
                             "%.3f ms" % (seconds(walk) * 1e3), "ggml %.3f ms" % (seconds(g) * 1e3),
                             seconds(g) / seconds(walk), "", None)
+                    # And with its multiply-adds (BM_DecodeFmaWalk).
+                    fma = runs.get("BM_DecodeFmaWalk/f32/%d/%d" % (dim, length))
+                    if kv == "f32" and fma and r < 3:
+                        row("bound of the above: the decode's loads and multiply-adds alone "
+                            "(DecodeFmaWalk) vs ggml f32, dim %d, %d tokens" % (dim, length),
+                            "%.3f ms" % (seconds(fma) * 1e3), "ggml %.3f ms" % (seconds(g) * 1e3),
+                            seconds(g) / seconds(fma), "", None)
     for columns in (64, 128, 512):
         b = runs.get("BM_Window/%s/1024/%d" % (target, columns))
         if b and "fma_fraction" in b:

@@ -117,6 +117,16 @@ class Table(unittest.TestCase):
         self.assertEqual(rows["attention: decode f32 cold, dim 64, 16384 tokens"][-1], "met")
         self.assertFalse(self.fma_bound(rows))
 
+    def test_decode_under_3x_ggml_gives_its_loads_and_fmas_as_bound(self):
+        # The FmaWalk's entry takes 1.0 ms: ggml's 2.5 ms over it.
+        rows = self.attention(decode_ms=1.25, ggml_ms=2.5, walk_ms=0.8, fma_walk=12e9)
+        what = ("attention: bound of the above: the decode's loads and multiply-adds alone "
+                "(DecodeFmaWalk) vs ggml f32, dim 64, 16384 tokens")
+        self.assertEqual(rows[what][0], "1.000 ms")
+        self.assertEqual(rows[what][2], "2.50")
+        rows = self.attention(decode_ms=0.8, ggml_ms=2.5, walk_ms=0.7, fma_walk=12e9)
+        self.assertNotIn(what, rows)  # 3.1x: met, no bound
+
     def test_decode_without_fma_walk_has_no_fma_bound_row(self):
         self.assertFalse(self.fma_bound(self.attention(decode_ms=6.0, ggml_ms=30.0, walk_ms=5.0)))
 
