@@ -24,6 +24,7 @@ constexpr size_t kAhead = 2048;
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "kernels/attention-inl.h"  // LoadLanes, PrefetchSpan: the kernel's own
 
 HWY_BEFORE_NAMESPACE();
 namespace kvspec {
@@ -136,25 +137,15 @@ void ConvTrafficImpl(const float* HWY_RESTRICT w, float* HWY_RESTRICT state,
 }
 
 // The decode's loads and multiply-adds alone (see DecodeTraffic in
-// limits.h): rows in blocks of 8 KiB, the next block's rows requested one per
-// row (into L1 when l1, else into L2 and, for fp32, each block's rows into
-// L1 as it starts, as Attend does), four rows at a time each loaded vector by
-// vector and fed to four query heads' multiply-adds (16 accumulators, no
-// lane sums).
-template <typename T>
-HWY_INLINE hn::Vec<hn::ScalableTag<float>> TrafficLoad(hn::ScalableTag<float> d, const T* p) {
-  if constexpr (sizeof(T) == 4) {
-    return hn::LoadU(d, reinterpret_cast<const float*>(p));
-  } else {
-    const hn::Rebind<uint16_t, decltype(d)> d16;
-    const hn::RebindToUnsigned<decltype(d)> d32;
-    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(d32, hn::LoadU(d16, p))));
-  }
-}
-
+// limits.h), with the kernel's loads and requests: rows in blocks of 8 KiB,
+// the next block's rows requested one per row (into L1 when l1, else into
+// L2 and, for fp32, each block's rows into L1 as it starts, as Attend does),
+// four rows at a time each loaded vector by vector and fed to four query
+// heads' multiply-adds (16 accumulators, no lane sums).
 template <typename T>
 float DecodeTrafficT(const T* HWY_RESTRICT head, size_t slots, size_t dim,
                      const float* HWY_RESTRICT q, bool l1) {
+  namespace kernel = kvspec::HWY_NAMESPACE;
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d);
@@ -166,23 +157,16 @@ float DecodeTrafficT(const T* HWY_RESTRICT head, size_t slots, size_t dim,
   }
   for (size_t t0 = 0; t0 < slots; t0 += block) {
     const size_t t1 = std::min(slots, t0 + block);
-    if (sizeof(T) == 4 && !l1) {
-      const char* rows = reinterpret_cast<const char*>(head + t0 * dim);
-      for (size_t b = 0; b < (t1 - t0) * row_bytes; b += 64) __builtin_prefetch(rows + b, 0, 3);
-    }
+    if (sizeof(T) == 4 && !l1) kernel::PrefetchSpan(head + t0 * dim, (t1 - t0) * row_bytes, true);
     for (size_t t = t0; t + 4 <= t1; t += 4) {
       for (size_t s = 0; s < 4 && t + s + block < slots; ++s) {
-        const char* ahead = reinterpret_cast<const char*>(head + (t + s + block) * dim);
-        if (l1) {
-          for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b, 0, 3);
-        } else {
-          for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b, 0, 2);
-        }
+        kernel::PrefetchSpan(head + (t + s + block) * dim, row_bytes, l1);
       }
       const T* r0 = head + t * dim;
       for (size_t i = 0; i + N <= dim; i += N) {
-        const V k0 = TrafficLoad(d, r0 + i), k1 = TrafficLoad(d, r0 + dim + i);
-        const V k2 = TrafficLoad(d, r0 + 2 * dim + i), k3 = TrafficLoad(d, r0 + 3 * dim + i);
+        const V k0 = kernel::LoadLanes(d, r0 + i), k1 = kernel::LoadLanes(d, r0 + dim + i);
+        const V k2 = kernel::LoadLanes(d, r0 + 2 * dim + i);
+        const V k3 = kernel::LoadLanes(d, r0 + 3 * dim + i);
         HWY_UNROLL(4)
         for (size_t g = 0; g < 4; ++g) {
           const V qv = hn::LoadU(d, q + g * dim + i);

@@ -242,6 +242,9 @@ def table_rows(runs, path, rows):
             if not b:
                 continue
             walk = runs.get("BM_DecodeWalk/f32/%d/%d" % (dim, length))
+            # The decode's loads and multiply-adds alone, in its order and
+            # with its requests, without the rest of its work.
+            fma = runs.get("BM_DecodeFmaWalk/f32/%d/%d" % (dim, length))
             limit, name = best_probe[0], best_probe[1].replace("BM_", "")
             if walk and walk["bytes_per_second"] > limit:
                 limit, name = walk["bytes_per_second"], "DecodeWalk"
@@ -249,9 +252,6 @@ def table_rows(runs, path, rows):
                 f = b["bytes_per_second"] / limit
                 row("decode f32 cold, dim %d, %d tokens" % (dim, length), "%.2f GB/s" % gb(b),
                     "read limit %.2f GB/s (%s)" % (limit / 1e9, name), f, ">= 0.85", f >= 0.85)
-                # What the decode's own loads and multiply-adds reach, in its
-                # order and with its requests, without the rest of its work.
-                fma = runs.get("BM_DecodeFmaWalk/f32/%d/%d" % (dim, length))
                 if fma and f < 0.85:
                     row("bound of the above: the decode's loads and multiply-adds alone, in its "
                         "order (DecodeFmaWalk, no lane sums, softmax or gather), dim %d, %d tokens"
@@ -285,8 +285,7 @@ def table_rows(runs, path, rows):
                             "arithmetic) vs ggml f32, dim %d, %d tokens" % (dim, length),
                             "%.3f ms" % (seconds(walk) * 1e3), "ggml %.3f ms" % (seconds(g) * 1e3),
                             seconds(g) / seconds(walk), "", None)
-                    # And with its multiply-adds (BM_DecodeFmaWalk).
-                    fma = runs.get("BM_DecodeFmaWalk/f32/%d/%d" % (dim, length))
+                    # And with its multiply-adds.
                     if kv == "f32" and fma and r < 3:
                         row("bound of the above: the decode's loads and multiply-adds alone "
                             "(DecodeFmaWalk) vs ggml f32, dim %d, %d tokens" % (dim, length),
