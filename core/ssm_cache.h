@@ -4,8 +4,8 @@
 // State per row: the causal-conv state (the last K - 1 pre-conv inputs of
 // every channel, oldest first), kept in the conv kernel's channel-blocked
 // order (kernels/conv1d.h; TRACE.md's order is [K-1][C]), and the recurrent
-// state, fp32, kept in the gated delta kernel's order [Hv][dk][dv]
-// (kernels/gated_delta.h; each head transposed). Whatever leaves the cache
+// state, fp32, kept in the gated delta kernel's order (kernels/gated_delta.h:
+// each head in transposed tiles of 32 value columns). Whatever leaves the cache
 // (RowStateHash, ConvStateTraceOrder, RecurrentStateTraceOrder, the codec)
 // is in TRACE.md's orders ([K-1][C], [Hv][dv][dk]). Channels C = 2*Hk*dk + Hv*dv: the q part, the k part
 // (key head kh owns kh*dk .. kh*dk+dk-1 of each), then the v part. Padding
@@ -139,7 +139,7 @@ class SsmCacheBase : public Cache {
 
   // The row's current states, in the kernels' orders.
   const float* ConvState(int row) const;       // kernel order (kernels/conv1d.h)
-  const float* RecurrentState(int row) const;  // kernel order [Hv][dk][dv]
+  const float* RecurrentState(int row) const;  // kernel order (tiled)
   // A copy of the row's conv state in trace order [K-1][C].
   std::vector<float> ConvStateTraceOrder(int row) const;
   // A copy of the row's recurrent state in trace order [Hv][dv][dk].

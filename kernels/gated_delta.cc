@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "hwy/cache_control.h"  // hwy::Prefetch
+
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/gated_delta.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -44,13 +46,30 @@ void PrepareQueryKeyImpl(const float* HWY_RESTRICT q_raw, const float* HWY_RESTR
   }
 }
 
-// One token for the columns c0 .. c0 + U*N - 1 of one head's state, kept in
-// kernel order [dk][dv] (row j holds S[.][j], column i holds S[i][.]):
+// Requests into L1 of the tile the next call works on (`bytes` > 0 bytes at
+// `next`), spread over the dk rows of pass 2: row j requests the lines at
+// bytes j * row_bytes and j * row_bytes + 64, clamped to the tile (row_bytes
+// is the current tile's row, 128 for a whole tile; a narrow last tile's
+// neighbour is requested in part). Branch-free: with no next tile, `next`
+// is the current tile (lines already in L1).
+struct Ahead {
+  const char* next = nullptr;
+  size_t last = 0;  // bytes - 1
+
+  HWY_INLINE void Row(size_t j, size_t row_bytes) const {
+    hwy::Prefetch(next + HWY_MIN(j * row_bytes, last));
+    hwy::Prefetch(next + HWY_MIN(j * row_bytes + 64, last));
+  }
+};
+
+// One token for U*N adjacent columns of one tile of a head's state in
+// kernel order (row j of the tile holds S[.][j] of its columns, rows
+// `stride` floats apart; in and out point at the first of the columns):
 //   pass 1 (reads the columns once, 2U vertical accumulators, no
 //     horizontal reduction): for j = 0 .. dk-1 in order,
 //       m  = MulAdd(in[j], g_j * k_j, m),  y' = MulAdd(in[j], g_j * q_j, y');
 //   delta = beta * (v - m);  y = MulAdd(delta, k . q, y');
-//   pass 2 (the same columns again, now in L1 or L2): for j in order,
+//   pass 2 (the same columns again, now in L1): for j in order,
 //       out[j] = MulAdd(k_j, delta, g_j * in[j]).
 // That is the definition rearranged: m_i = sum_j (g_j S_ij) k_j and
 // y_i = sum_j S'_ij q_j = sum_j S_ij (g_j q_j) + delta_i (k . q). Each column
@@ -59,18 +78,22 @@ void PrepareQueryKeyImpl(const float* HWY_RESTRICT q_raw, const float* HWY_RESTR
 // replay give identical bytes, and so does any split of the heads across
 // calls. In place is safe: pass 1 writes nothing and pass 2 writes each
 // element after reading it.
+// kStride: the row stride when known at compile time (a whole tile), else
+// 0 and `row_stride` gives it; kPerLane: g is per lane (gh), else the scalar
+// `gate` (gh unused). Both are template arguments because, as run-time
+// values, they cost the hot step 10-25% on a Zen 5 (stop 38).
 // Rows j of pass 1 per chunk of precomputed g_j * k_j and g_j * q_j (even,
 // so the pairing of rows in pass 1 does not depend on the chunking).
 constexpr size_t kChunk = 256;
 
-template <size_t U, class D>
-HWY_INLINE void StepColumns(D d, const float* in, float* out, size_t dk, size_t dv, size_t c0,
+template <size_t U, size_t kStride, bool kPerLane, class D>
+HWY_INLINE void StepColumns(D d, const float* in, float* out, size_t dk, size_t row_stride,
                             const float* HWY_RESTRICT kh, const float* HWY_RESTRICT qh,
-                            const float* HWY_RESTRICT gh, float gate,
-                            const float* HWY_RESTRICT vh, float b, float kq,
-                            float* HWY_RESTRICT yh) {
+                            const float* HWY_RESTRICT gh, float gate, const float* HWY_RESTRICT vh,
+                            float b, float kq, float* HWY_RESTRICT yh, const Ahead& ahead) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
+  const size_t stride = kStride != 0 ? kStride : row_stride;
   // Two sets of accumulators (even and odd j) when U is small, so that
   // enough independent multiply-add chains are in flight.
   constexpr size_t S2 = U <= 2 ? 2 : 1;
@@ -88,7 +111,7 @@ HWY_INLINE void StepColumns(D d, const float* in, float* out, size_t dk, size_t 
   for (size_t j0 = 0; j0 < dk; j0 += kChunk) {
     const size_t n = HWY_MIN(kChunk, dk - j0);
     for (size_t j = 0; j < n; ++j) {
-      const float gj = gh ? gh[j0 + j] : gate;
+      const float gj = kPerLane ? gh[j0 + j] : gate;
       ak[j] = gj * kh[j0 + j];
       cq[j] = gj * qh[j0 + j];
     }
@@ -98,7 +121,7 @@ HWY_INLINE void StepColumns(D d, const float* in, float* out, size_t dk, size_t 
       for (size_t p = 0; p < S2; ++p) {
         const V a = hn::Set(d, ak[j + p]);
         const V c = hn::Set(d, cq[j + p]);
-        const float* row = in + (j0 + j + p) * dv + c0;
+        const float* row = in + (j0 + j + p) * stride;
         HWY_UNROLL(8)
         for (size_t u = 0; u < U; ++u) {
           const V s = hn::LoadU(d, row + u * N);
@@ -110,7 +133,7 @@ HWY_INLINE void StepColumns(D d, const float* in, float* out, size_t dk, size_t 
     for (; j < n; ++j) {  // the last row when dk is odd and S2 == 2
       const V a = hn::Set(d, ak[j]);
       const V c = hn::Set(d, cq[j]);
-      const float* row = in + (j0 + j) * dv + c0;
+      const float* row = in + (j0 + j) * stride;
       HWY_UNROLL(8)
       for (size_t u = 0; u < U; ++u) {
         const V s = hn::LoadU(d, row + u * N);
@@ -131,15 +154,16 @@ HWY_INLINE void StepColumns(D d, const float* in, float* out, size_t dk, size_t 
   V delta[U];
   HWY_UNROLL(8)
   for (size_t u = 0; u < U; ++u) {
-    delta[u] = hn::Mul(bv, hn::Sub(hn::LoadU(d, vh + c0 + u * N), m[0][u]));
-    hn::StoreU(hn::MulAdd(delta[u], kqv, yp[0][u]), d, yh + c0 + u * N);
+    delta[u] = hn::Mul(bv, hn::Sub(hn::LoadU(d, vh + u * N), m[0][u]));
+    hn::StoreU(hn::MulAdd(delta[u], kqv, yp[0][u]), d, yh + u * N);
   }
   const V gs = hn::Set(d, gate);
   for (size_t j = 0; j < dk; ++j) {
-    const V gj = gh ? hn::Set(d, gh[j]) : gs;
+    const V gj = kPerLane ? hn::Set(d, gh[j]) : gs;
     const V kj = hn::Set(d, kh[j]);
-    const float* row_in = in + j * dv + c0;
-    float* row_out = out + j * dv + c0;
+    const float* row_in = in + j * stride;
+    float* row_out = out + j * stride;
+    ahead.Row(j, stride * sizeof(float));
     HWY_UNROLL(8)
     for (size_t u = 0; u < U; ++u) {
       const V s = hn::Mul(gj, hn::LoadU(d, row_in + u * N));
@@ -148,16 +172,16 @@ HWY_INLINE void StepColumns(D d, const float* in, float* out, size_t dk, size_t 
   }
 }
 
-// The same for one column i (the dv % N columns after the whole vectors),
-// scalar, in the same order.
-HWY_INLINE void StepColumn(const float* in, float* out, size_t dk, size_t dv, size_t i,
+// The same for one column (the w % N columns of a tile after its whole
+// vectors), scalar, in the same order.
+HWY_INLINE void StepColumn(const float* in, float* out, size_t dk, size_t stride,
                            const float* HWY_RESTRICT kh, const float* HWY_RESTRICT qh,
-                           const float* HWY_RESTRICT gh, float gate, float v, float b,
-                           float kq, float* HWY_RESTRICT y) {
+                           const float* HWY_RESTRICT gh, float gate, float v, float b, float kq,
+                           float* HWY_RESTRICT y) {
   float m = 0.0f, yp = 0.0f;
   for (size_t j = 0; j < dk; ++j) {
     const float gj = gh ? gh[j] : gate;
-    const float s = in[j * dv + i];
+    const float s = in[j * stride];
     m += s * (gj * kh[j]);
     yp += s * (gj * qh[j]);
   }
@@ -165,52 +189,89 @@ HWY_INLINE void StepColumn(const float* in, float* out, size_t dk, size_t dv, si
   *y = yp + delta * kq;
   for (size_t j = 0; j < dk; ++j) {
     const float gj = gh ? gh[j] : gate;
-    out[j * dv + i] = gj * in[j * dv + i] + kh[j] * delta;
+    out[j * stride] = gj * in[j * stride] + kh[j] * delta;
   }
 }
 
-// Columns per block (vectors): 2U accumulators, U loads and two broadcasts.
-// At dk = dv = 128 a block of 8 AVX-512 vectors is a whole head (64 KiB),
-// read in whole contiguous rows. Measured on a Zen 4 VM (bench/ssm_bench and
-// a one-head loop): on AVX3, 8 beat blocks of 4, 2 (with even/odd row
-// accumulators) and 1 vectors, although smaller blocks keep pass 2 in L1
-// (their pass 1 reads pieces of rows 512 bytes apart); on AVX2, 8 (16
-// accumulators, some spilled) beat 4 hot and cold; software prefetch of
-// whole rows ahead did not help.
-#if HWY_TARGET <= HWY_AVX2
-constexpr size_t kBlock = 8;
-#else
-constexpr size_t kBlock = 4;
-#endif
+// Vectors per StepColumns call in a whole tile: the tile's 32 columns at
+// once (U = 2 on AVX-512, 4 on AVX2, 8 on 128-bit targets), at most 8.
+// Against the former layout (each head transposed whole, [dk][dv], blocks
+// of 8 vectors: a whole 64 KiB head per block at dk = dv = 128 on AVX3, so
+// pass 2 read from L2), on a Zen 5 VM, ssm_bench's BM_Decode(Hot)/<target>/
+// 16/1 (the whole recurrent step), builds of both alternated three times,
+// medians of 3 (stop 38): cold 0.91 of the time on AVX3, 0.90 on AVX2,
+// 0.63 on SSE4; hot 0.96-1.0 on AVX3, 0.82 on AVX2, 1.02 on SSE4. In a
+// scratch loop over the step alone, tiles of 16 or 64 columns, requests
+// two tiles ahead or into L2 instead were slower.
+constexpr size_t kTileVectors = HWY_MAX(1, HWY_MIN(8, kGatedDeltaTile / HWY_LANES(float)));
+
+// The tiles of one value head: whole tiles (compile-time stride) and a
+// narrow last one.
+template <bool kPerLane>
+HWY_INLINE void StepTiles(const float* in, float* out, const float* HWY_RESTRICT kh,
+                          const float* HWY_RESTRICT qh, const float* HWY_RESTRICT gh, float gate,
+                          float b, float kq, const float* HWY_RESTRICT vh, float* HWY_RESTRICT yh,
+                          size_t dk, size_t dv, bool more_heads) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  constexpr size_t kTile = kGatedDeltaTile;
+  for (size_t c0 = 0; c0 < dv; c0 += kTile) {
+    const size_t w = HWY_MIN(kTile, dv - c0);
+    const float* tile_in = in + c0 * dk;
+    float* tile_out = out + c0 * dk;
+    // The next tile: this head's, else the next head's first (tiles and
+    // heads are adjacent); none after the last head of the call.
+    Ahead ahead;
+    ahead.next = reinterpret_cast<const char*>(tile_in);
+    size_t bytes = w * dk * sizeof(float);
+    const bool last = c0 + w == dv;
+    if (!last || more_heads) {
+      ahead.next = reinterpret_cast<const char*>(tile_in + w * dk);
+      bytes = (last ? HWY_MIN(kTile, dv) : HWY_MIN(kTile, dv - c0 - w)) * dk * sizeof(float);
+    }
+    ahead.last = bytes - 1;
+    size_t c = 0;
+    if (w == kTile && kTileVectors * N == kTile) {
+      StepColumns<kTileVectors, kTile, kPerLane>(d, tile_in, tile_out, dk, kTile, kh, qh, gh, gate,
+                                                 vh + c0, b, kq, yh + c0, ahead);
+      continue;
+    }
+    for (; c + kTileVectors * N <= w; c += kTileVectors * N) {
+      StepColumns<kTileVectors, 0, kPerLane>(d, tile_in + c, tile_out + c, dk, w, kh, qh, gh, gate,
+                                             vh + c0 + c, b, kq, yh + c0 + c, ahead);
+    }
+    for (; c + N <= w; c += N) {
+      StepColumns<1, 0, kPerLane>(d, tile_in + c, tile_out + c, dk, w, kh, qh, gh, gate,
+                                  vh + c0 + c, b, kq, yh + c0 + c, ahead);
+    }
+    for (; c < w; ++c) {
+      StepColumn(tile_in + c, tile_out + c, dk, w, kh, qh, kPerLane ? gh : nullptr, gate,
+                 vh[c0 + c], b, kq, yh + c0 + c);
+    }
+  }
+}
 
 // One value head h of the step.
 HWY_INLINE void StepHead(const float* state_in, float* state_out, const float* HWY_RESTRICT q,
                          const float* HWY_RESTRICT k, const float* HWY_RESTRICT v,
                          const float* HWY_RESTRICT g, const float* HWY_RESTRICT beta,
                          float* HWY_RESTRICT y, const GatedDeltaShape& shape, size_t h) {
-  const hn::ScalableTag<float> d;
-  const size_t N = hn::Lanes(d);
   const size_t dk = shape.dk, dv = shape.dv;
   const size_t group = shape.value_heads / shape.key_heads;
   const float* kh = k + (h / group) * dk;
   const float* qh = q + (h / group) * dk;
-  const float* gh = shape.gate_per_lane ? g + h * dk : nullptr;
-  const float gate = shape.gate_per_lane ? 1.0f : g[h];
-  const float b = beta[h];
   float kq = 0.0f;
   for (size_t j = 0; j < dk; ++j) kq += kh[j] * qh[j];
   const float* in = state_in + h * dk * dv;
   float* out = state_out + h * dk * dv;
-  const float* vh = v + h * dv;
-  float* yh = y + h * dv;
-  size_t c = 0;
-  for (; c + kBlock * N <= dv; c += kBlock * N) {
-    StepColumns<kBlock>(d, in, out, dk, dv, c, kh, qh, gh, gate, vh, b, kq, yh);
+  const bool more_heads = h + 1 < shape.value_heads;
+  if (shape.gate_per_lane) {
+    StepTiles<true>(in, out, kh, qh, g + h * dk, 1.0f, beta[h], kq, v + h * dv, y + h * dv, dk, dv,
+                    more_heads);
+  } else {
+    StepTiles<false>(in, out, kh, qh, nullptr, g[h], beta[h], kq, v + h * dv, y + h * dv, dk, dv,
+                     more_heads);
   }
-  for (; c + N <= dv; c += N) {
-    StepColumns<1>(d, in, out, dk, dv, c, kh, qh, gh, gate, vh, b, kq, yh);
-  }
-  for (; c < dv; ++c) StepColumn(in, out, dk, dv, c, kh, qh, gh, gate, vh[c], b, kq, yh + c);
 }
 
 // The heads are independent: on a pool, each head is a task (the same
@@ -260,8 +321,7 @@ void PrepareQueryKey(const float* q_raw, const float* k_raw, float* q, float* k,
 void GatedDeltaStep(const float* state_in, float* state_out, const float* q, const float* k,
                     const float* v, const float* g, const float* beta, float* y,
                     const GatedDeltaShape& shape, ThreadPool* pool) {
-  HWY_DYNAMIC_DISPATCH(GatedDeltaStepImpl)(state_in, state_out, q, k, v, g, beta, y, shape,
-                                           pool);
+  HWY_DYNAMIC_DISPATCH(GatedDeltaStepImpl)(state_in, state_out, q, k, v, g, beta, y, shape, pool);
 }
 
 const char* GatedDeltaTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }

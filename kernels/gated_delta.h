@@ -11,15 +11,20 @@
 // Two byte orders of a state [Hv] x [dv][dk]:
 // - trace order [Hv][dv][dk] (S[h][i][j] at (h*dv + i)*dk + j): TRACE.md's
 //   order, the one hashed, persisted and shown;
-// - kernel order [Hv][dk][dv] (S[h][i][j] at (h*dk + j)*dv + i): each head
-//   transposed, the order GatedDeltaStep and the recurrent caches keep.
+// - kernel order, the one GatedDeltaStep and the recurrent caches keep: each
+//   head (dv*dk floats, heads in order) is cut into tiles of
+//   kGatedDeltaTile value columns (the last tile narrower when dv is not a
+//   multiple), tile after tile; a tile of width w starting at column c0
+//   holds [dk][w], S[h][i][j] at h*dv*dk + c0*dk + j*w + (i - c0). So each
+//   tile is a transposed, contiguous piece of the head (16 KiB at dk = 128),
+//   and the layout is the same on every target.
 // GatedDeltaStateToTrace / FromTrace convert between them.
 //
-// GatedDeltaStep is the Highway version, on kernel order: per head and block
-// of dv columns, one pass computes m = S (g k) and y' = S (g q) with
-// vertical accumulators (no horizontal reductions), then
-// y = y' + delta (k . q) and a second pass over the same block (in cache)
-// writes S' = g S + k delta^T. GatedDeltaStepReference is the scalar
+// GatedDeltaStep is the Highway version, on kernel order: per head and tile,
+// one pass computes m = S (g k) and y' = S (g q) with vertical accumulators
+// (no horizontal reductions), then y = y' + delta (k . q) and a second pass
+// over the same tile (now in L1) writes S' = g S + k delta^T while the next
+// tile is requested into L1. GatedDeltaStepReference is the scalar
 // definition, on trace order; GatedDeltaStepReferenceKernelOrder the same
 // code on kernel order. Each applies the same arithmetic to every token
 // whatever the batch, window length, position or split of the heads across
@@ -35,6 +40,8 @@
 namespace kvspec {
 
 inline constexpr float kGatedDeltaTolerance = 1e-4f;
+// Value columns per tile of the kernel order (see above).
+inline constexpr size_t kGatedDeltaTile = 32;
 
 class ThreadPool;  // kernels/thread_pool.h
 inline constexpr float kL2Epsilon = 1e-6f;
@@ -79,7 +86,9 @@ void GatedDeltaStateFromTrace(const float* trace_order, float* kernel_order,
                               const GatedDeltaShape& shape);
 // Index of S[h][i][j] (i < dv, j < dk) in kernel order.
 inline size_t GatedDeltaKernelIndex(const GatedDeltaShape& s, size_t h, size_t i, size_t j) {
-  return (h * s.dk + j) * s.dv + i;
+  const size_t c0 = i / kGatedDeltaTile * kGatedDeltaTile;
+  const size_t w = s.dv - c0 < kGatedDeltaTile ? s.dv - c0 : kGatedDeltaTile;
+  return h * s.dv * s.dk + c0 * s.dk + j * w + (i - c0);
 }
 
 // The Highway target GatedDeltaStep dispatches to now.

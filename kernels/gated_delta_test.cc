@@ -1,6 +1,6 @@
 // Unit tests of the gated delta kernel (kernels/gated_delta.h):
 //
-// - the state order conversions are inverse transposes with the documented
+// - the state order conversions are inverses, with the documented tiled
 //   indexing, and the kernel-order reference is the trace-order reference,
 //   bit for bit;
 // - per Highway target, GatedDeltaStep (kernel order) stays within
@@ -72,7 +72,18 @@ std::string Describe(const GatedDeltaShape& s) {
          (s.gate_per_lane ? " per-lane gate" : " per-head gate");
 }
 
-TEST(GatedDeltaOrder, ConversionsTransposeEachHead) {
+// Where kernel order puts S[h][i][j], counted tile by tile: the heads
+// before h, the whole tiles of kGatedDeltaTile columns before i's tile
+// (each dk rows of its width), then row j of i's tile.
+size_t Tiled(const GatedDeltaShape& s, size_t h, size_t i, size_t j) {
+  size_t at = h * s.dv * s.dk;
+  size_t c0 = 0;
+  for (; c0 + kGatedDeltaTile <= i; c0 += kGatedDeltaTile) at += kGatedDeltaTile * s.dk;
+  const size_t width = std::min(kGatedDeltaTile, s.dv - c0);
+  return at + j * width + (i - c0);
+}
+
+TEST(GatedDeltaOrder, ConversionsTransposeEachTile) {
   Rand r(5);
   for (int trial = 0; trial < 50; ++trial) {
     const GatedDeltaShape s = RandomShape(&r);
@@ -83,9 +94,9 @@ TEST(GatedDeltaOrder, ConversionsTransposeEachHead) {
     for (size_t h = 0; h < s.value_heads; ++h) {
       for (size_t i = 0; i < s.dv; ++i) {
         for (size_t j = 0; j < s.dk; ++j) {
-          ASSERT_EQ(kernel[(h * s.dk + j) * s.dv + i], trace[(h * s.dv + i) * s.dk + j])
+          ASSERT_EQ(kernel[Tiled(s, h, i, j)], trace[(h * s.dv + i) * s.dk + j])
               << Describe(s);
-          ASSERT_EQ(GatedDeltaKernelIndex(s, h, i, j), (h * s.dk + j) * s.dv + i);
+          ASSERT_EQ(GatedDeltaKernelIndex(s, h, i, j), Tiled(s, h, i, j));
         }
       }
     }

@@ -186,7 +186,7 @@ TEST(Codec, CachesSurviveEveryTruncationAndByteChange) {
 }
 
 // The recurrent state is persisted in TRACE.md's order [Hv][dv][dk] (the
-// cache keeps it transposed per head for the kernel): the encoded bytes hold
+// cache keeps it in transposed tiles per head for the kernel): the encoded bytes hold
 // the trace-order state and not the kernel-order one, and a decode restores
 // the kernel order.
 TEST(Codec, RecurrentStatesArePersistedInTraceOrder) {
