@@ -80,8 +80,8 @@ struct Ahead {
 // element after reading it.
 // kStride: the row stride when known at compile time (a whole tile), else
 // 0 and `row_stride` gives it; kPerLane: g is per lane (gh), else the scalar
-// `gate` (gh unused). Both are template arguments because, as run-time
-// values, they cost the hot step 10-25% on a Zen 5 (stop 38).
+// `gate` (gh unused). Both are template arguments so that a whole tile's
+// loops are compiled for its stride and gate kind.
 // Rows j of pass 1 per chunk of precomputed g_j * k_j and g_j * q_j (even,
 // so the pairing of rows in pass 1 does not depend on the chunking).
 constexpr size_t kChunk = 256;
@@ -200,9 +200,7 @@ HWY_INLINE void StepColumn(const float* in, float* out, size_t dk, size_t stride
 // pass 2 read from L2), on a Zen 5 VM, ssm_bench's BM_Decode(Hot)/<target>/
 // 16/1 (the whole recurrent step), builds of both alternated three times,
 // medians of 3 (stop 38): cold 0.91 of the time on AVX3, 0.90 on AVX2,
-// 0.63 on SSE4; hot 0.96-1.0 on AVX3, 0.82 on AVX2, 1.02 on SSE4. In a
-// scratch loop over the step alone, tiles of 16 or 64 columns, requests
-// two tiles ahead or into L2 instead were slower.
+// 0.63 on SSE4; hot 0.96-1.0 on AVX3, 0.82 on AVX2, 1.02 on SSE4.
 constexpr size_t kTileVectors = HWY_MAX(1, HWY_MIN(8, kGatedDeltaTile / HWY_LANES(float)));
 
 // The tiles of one value head: whole tiles (compile-time stride) and a
