@@ -46,9 +46,10 @@ void PrepareQueryKeyImpl(const float* HWY_RESTRICT q_raw, const float* HWY_RESTR
   }
 }
 
-// Requests into L1 of the tile the next call works on (`bytes` > 0 bytes at
-// `next`), spread over the dk rows of pass 2: row j requests the lines at
-// bytes j * row_bytes and j * row_bytes + 64, clamped to the tile (row_bytes
+// Requests into L1 of the tile the next call works on (at `next`, its last
+// byte at next + last), spread over the dk rows of pass 2: row j requests
+// the lines at bytes j * row_bytes and j * row_bytes + 64, clamped to the
+// tile (row_bytes
 // is the current tile's row, 128 for a whole tile; a narrow last tile's
 // neighbour is requested in part). Branch-free: with no next tile, `next`
 // is the current tile (lines already in L1).
@@ -214,20 +215,18 @@ HWY_INLINE void StepTiles(const float* in, float* out, const float* HWY_RESTRICT
   const size_t N = hn::Lanes(d);
   constexpr size_t kTile = kGatedDeltaTile;
   for (size_t c0 = 0; c0 < dv; c0 += kTile) {
-    const size_t w = HWY_MIN(kTile, dv - c0);
+    const size_t w = GatedDeltaTileWidth(dv, c0);
     const float* tile_in = in + c0 * dk;
     float* tile_out = out + c0 * dk;
     // The next tile: this head's, else the next head's first (tiles and
-    // heads are adjacent); none after the last head of the call.
-    Ahead ahead;
-    ahead.next = reinterpret_cast<const char*>(tile_in);
-    size_t bytes = w * dk * sizeof(float);
+    // heads are adjacent, so it starts where this one ends); with none
+    // (after the last head of the call), this tile.
     const bool last = c0 + w == dv;
-    if (!last || more_heads) {
-      ahead.next = reinterpret_cast<const char*>(tile_in + w * dk);
-      bytes = (last ? HWY_MIN(kTile, dv) : HWY_MIN(kTile, dv - c0 - w)) * dk * sizeof(float);
-    }
-    ahead.last = bytes - 1;
+    const bool next = !last || more_heads;
+    const size_t next_w = next ? GatedDeltaTileWidth(dv, last ? 0 : c0 + w) : w;
+    Ahead ahead;
+    ahead.next = reinterpret_cast<const char*>(next ? tile_in + w * dk : tile_in);
+    ahead.last = next_w * dk * sizeof(float) - 1;
     size_t c = 0;
     if (w == kTile && kTileVectors * N == kTile) {
       StepColumns<kTileVectors, kTile, kPerLane>(d, tile_in, tile_out, dk, kTile, kh, qh, gh, gate,

@@ -85,10 +85,13 @@ void GatedDeltaStateToTrace(const float* kernel_order, float* trace_order,
 void GatedDeltaStateFromTrace(const float* trace_order, float* kernel_order,
                               const GatedDeltaShape& shape);
 // Index of S[h][i][j] (i < dv, j < dk) in kernel order.
+// Width of the kernel-order tile that starts at value column c0 < dv.
+inline size_t GatedDeltaTileWidth(size_t dv, size_t c0) {
+  return dv - c0 < kGatedDeltaTile ? dv - c0 : kGatedDeltaTile;
+}
 inline size_t GatedDeltaKernelIndex(const GatedDeltaShape& s, size_t h, size_t i, size_t j) {
   const size_t c0 = i / kGatedDeltaTile * kGatedDeltaTile;
-  const size_t w = s.dv - c0 < kGatedDeltaTile ? s.dv - c0 : kGatedDeltaTile;
-  return h * s.dv * s.dk + c0 * s.dk + j * w + (i - c0);
+  return h * s.dv * s.dk + c0 * s.dk + j * GatedDeltaTileWidth(s.dv, c0) + (i - c0);
 }
 
 // The Highway target GatedDeltaStep dispatches to now.
