@@ -46,29 +46,49 @@ void PrepareQueryKeyImpl(const float* HWY_RESTRICT q_raw, const float* HWY_RESTR
   }
 }
 
-// Requests into L1 of the tile the next call works on (at `next`, its last
-// byte at next + last), spread over the dk rows of pass 2: row j requests
-// the lines at bytes j * row_bytes and j * row_bytes + 64, clamped to the
-// tile (row_bytes
-// is the current tile's row, 128 for a whole tile; a narrow last tile's
-// neighbour is requested in part). Branch-free: with no next tile, `next`
-// is the current tile (lines already in L1).
+// Requests into L1 of the tile the next call works on (at `next`, rows of
+// `row_bytes` = its width * 4, at most 128), spread over the dk rows of
+// pass 2: row j requests the bytes at j * row_bytes and j * row_bytes +
+// row_bytes / 2 of that tile. Requests at most 64 bytes apart reach every
+// line of the tile, and none is outside it, so no clamp is needed. With no
+// next tile, `next` is the current tile (lines already in L1).
 struct Ahead {
   const char* next = nullptr;
-  size_t last = 0;  // bytes - 1
+  size_t row_bytes = 0;
 
-  HWY_INLINE void Row(size_t j, size_t row_bytes) const {
-    hwy::Prefetch(next + HWY_MIN(j * row_bytes, last));
-    hwy::Prefetch(next + HWY_MIN(j * row_bytes + 64, last));
+  HWY_INLINE void Row(size_t j) const {
+    const char* row = next + j * row_bytes;
+    hwy::Prefetch(row);
+    hwy::Prefetch(row + row_bytes / 2);
   }
 };
+
+// Keeps v in a register: without it, GCC folds the load of a state vector
+// into both multiply-adds of pass 1 that use it, loading it twice, and pass
+// 1 is then bound by its loads (six per row of two vectors on AVX3 instead
+// of four). An empty asm statement, so no instruction is added. Stop 39,
+// Zen 5 VM, ssm_bench BM_DecodeHot/<target>/16/1 with this, the scalar-gate
+// sums below, k . q by DotLanes and the unclamped requests of Ahead, against
+// main before them, builds alternated twice: 0.80 of the time on AVX3
+// (13.6-13.9 against 17.0-17.2 us), 0.86 on AVX2, 0.93-0.95 on SSE4.
+template <class V>
+HWY_INLINE void InRegister(V& v) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128 && \
+    (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
+  asm("" : "+v"(v.raw));
+#else
+  (void)v;
+#endif
+}
 
 // One token for U*N adjacent columns of one tile of a head's state in
 // kernel order (row j of the tile holds S[.][j] of its columns, rows
 // `stride` floats apart; in and out point at the first of the columns):
 //   pass 1 (reads the columns once, 2U vertical accumulators, no
 //     horizontal reduction): for j = 0 .. dk-1 in order,
-//       m  = MulAdd(in[j], g_j * k_j, m),  y' = MulAdd(in[j], g_j * q_j, y');
+//       m  = MulAdd(in[j], g_j * k_j, m),  y' = MulAdd(in[j], g_j * q_j, y')
+//     with per-lane gates; with a scalar gate g, the same sums of
+//     in[j] * k_j and in[j] * q_j, then m = g * m and y' = g * y';
 //   delta = beta * (v - m);  y = MulAdd(delta, k . q, y');
 //   pass 2 (the same columns again, now in L1): for j in order,
 //       out[j] = MulAdd(k_j, delta, g_j * in[j]).
@@ -83,8 +103,9 @@ struct Ahead {
 // 0 and `row_stride` gives it; kPerLane: g is per lane (gh), else the scalar
 // `gate` (gh unused). Both are template arguments so that a whole tile's
 // loops are compiled for its stride and gate kind.
-// Rows j of pass 1 per chunk of precomputed g_j * k_j and g_j * q_j (even,
-// so the pairing of rows in pass 1 does not depend on the chunking).
+// Rows j of pass 1 per chunk of precomputed g_j * k_j and g_j * q_j (per-lane
+// gates; even, so the pairing of rows in pass 1 does not depend on the
+// chunking).
 constexpr size_t kChunk = 256;
 
 template <size_t U, size_t kStride, bool kPerLane, class D>
@@ -111,29 +132,36 @@ HWY_INLINE void StepColumns(D d, const float* in, float* out, size_t dk, size_t 
   HWY_ALIGN float cq[kChunk];
   for (size_t j0 = 0; j0 < dk; j0 += kChunk) {
     const size_t n = HWY_MIN(kChunk, dk - j0);
-    for (size_t j = 0; j < n; ++j) {
-      const float gj = kPerLane ? gh[j0 + j] : gate;
-      ak[j] = gj * kh[j0 + j];
-      cq[j] = gj * qh[j0 + j];
+    // The row coefficients: k_j and q_j themselves with a scalar gate.
+    const float* akp = kh + j0;
+    const float* cqp = qh + j0;
+    if (kPerLane) {
+      for (size_t j = 0; j < n; ++j) {
+        ak[j] = gh[j0 + j] * kh[j0 + j];
+        cq[j] = gh[j0 + j] * qh[j0 + j];
+      }
+      akp = ak;
+      cqp = cq;
     }
     size_t j = 0;
     for (; j + S2 <= n; j += S2) {
       HWY_UNROLL(2)
       for (size_t p = 0; p < S2; ++p) {
-        const V a = hn::Set(d, ak[j + p]);
-        const V c = hn::Set(d, cq[j + p]);
+        const V a = hn::Set(d, akp[j + p]);
+        const V c = hn::Set(d, cqp[j + p]);
         const float* row = in + (j0 + j + p) * stride;
         HWY_UNROLL(8)
         for (size_t u = 0; u < U; ++u) {
-          const V s = hn::LoadU(d, row + u * N);
+          V s = hn::LoadU(d, row + u * N);
+          InRegister(s);
           m[p][u] = hn::MulAdd(s, a, m[p][u]);
           yp[p][u] = hn::MulAdd(s, c, yp[p][u]);
         }
       }
     }
     for (; j < n; ++j) {  // the last row when dk is odd and S2 == 2
-      const V a = hn::Set(d, ak[j]);
-      const V c = hn::Set(d, cq[j]);
+      const V a = hn::Set(d, akp[j]);
+      const V c = hn::Set(d, cqp[j]);
       const float* row = in + (j0 + j) * stride;
       HWY_UNROLL(8)
       for (size_t u = 0; u < U; ++u) {
@@ -150,6 +178,14 @@ HWY_INLINE void StepColumns(D d, const float* in, float* out, size_t dk, size_t 
       yp[0][u] = hn::Add(yp[0][u], yp[S2 - 1][u]);
     }
   }
+  if (!kPerLane) {
+    const V gv = hn::Set(d, gate);
+    HWY_UNROLL(8)
+    for (size_t u = 0; u < U; ++u) {
+      m[0][u] = hn::Mul(gv, m[0][u]);
+      yp[0][u] = hn::Mul(gv, yp[0][u]);
+    }
+  }
   const V bv = hn::Set(d, b);
   const V kqv = hn::Set(d, kq);
   V delta[U];
@@ -164,7 +200,7 @@ HWY_INLINE void StepColumns(D d, const float* in, float* out, size_t dk, size_t 
     const V kj = hn::Set(d, kh[j]);
     const float* row_in = in + j * stride;
     float* row_out = out + j * stride;
-    ahead.Row(j, stride * sizeof(float));
+    ahead.Row(j);
     HWY_UNROLL(8)
     for (size_t u = 0; u < U; ++u) {
       const V s = hn::Mul(gj, hn::LoadU(d, row_in + u * N));
@@ -181,10 +217,13 @@ HWY_INLINE void StepColumn(const float* in, float* out, size_t dk, size_t stride
                            float* HWY_RESTRICT y) {
   float m = 0.0f, yp = 0.0f;
   for (size_t j = 0; j < dk; ++j) {
-    const float gj = gh ? gh[j] : gate;
     const float s = in[j * stride];
-    m += s * (gj * kh[j]);
-    yp += s * (gj * qh[j]);
+    m += s * (gh ? gh[j] * kh[j] : kh[j]);
+    yp += s * (gh ? gh[j] * qh[j] : qh[j]);
+  }
+  if (!gh) {
+    m *= gate;
+    yp *= gate;
   }
   const float delta = b * (v - m);
   *y = yp + delta * kq;
@@ -226,7 +265,7 @@ HWY_INLINE void StepTiles(const float* in, float* out, const float* HWY_RESTRICT
     const size_t next_w = next ? GatedDeltaTileWidth(dv, last ? 0 : c0 + w) : w;
     Ahead ahead;
     ahead.next = reinterpret_cast<const char*>(next ? tile_in + w * dk : tile_in);
-    ahead.last = next_w * dk * sizeof(float) - 1;
+    ahead.row_bytes = next_w * sizeof(float);
     size_t c = 0;
     if (w == kTile && kTileVectors * N == kTile) {
       StepColumns<kTileVectors, kTile, kPerLane>(d, tile_in, tile_out, dk, kTile, kh, qh, gh, gate,
@@ -257,8 +296,7 @@ HWY_INLINE void StepHead(const float* state_in, float* state_out, const float* H
   const size_t group = shape.value_heads / shape.key_heads;
   const float* kh = k + (h / group) * dk;
   const float* qh = q + (h / group) * dk;
-  float kq = 0.0f;
-  for (size_t j = 0; j < dk; ++j) kq += kh[j] * qh[j];
+  const float kq = DotLanes(kh, qh, dk);
   const float* in = state_in + h * dk * dv;
   float* out = state_out + h * dk * dv;
   const bool more_heads = h + 1 < shape.value_heads;
