@@ -23,6 +23,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "kernels/in_register-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvspec {
@@ -104,16 +105,6 @@ HWY_INLINE void SumsOf4(DF d, VF v0, VF v1, VF v2, VF v3, float* HWY_RESTRICT ou
   for (size_t b = 4; b < N; b += 4) sum = hn::Add(sum, hn::Load(d4, lanes + b));
   hn::StoreU(sum, d4, out);
 #endif
-}
-
-// v, held in a register: the compiler may not fold its load into each
-// instruction that uses it (one load, not one per use, for a query vector
-// that meets several keys).
-HWY_INLINE VF InRegister(VF v) {
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_EMU128 && (defined(__GNUC__) || defined(__clang__))
-  asm("" : "+x"(v.raw));
-#endif
-  return v;
 }
 
 // Requests the cache lines of [p, p + bytes) (p + bytes need not be

@@ -11,6 +11,7 @@
 #define HWY_TARGET_INCLUDE "kernels/gated_delta.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "kernels/in_register-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvspec {
@@ -62,24 +63,6 @@ struct Ahead {
     hwy::Prefetch(row + row_bytes / 2);
   }
 };
-
-// Keeps v in a register: without it, GCC folds the load of a state vector
-// into both multiply-adds of pass 1 that use it, loading it twice, and pass
-// 1 is then bound by its loads (six per row of two vectors on AVX3 instead
-// of four). An empty asm statement, so no instruction is added. Stop 39,
-// Zen 5 VM, ssm_bench BM_DecodeHot/<target>/16/1 with this, the scalar-gate
-// sums below, k . q by DotLanes and the unclamped requests of Ahead, against
-// main before them, builds alternated twice: 0.80 of the time on AVX3
-// (13.6-13.9 against 17.0-17.2 us), 0.86 on AVX2, 0.93-0.95 on SSE4.
-template <class V>
-HWY_INLINE void InRegister(V& v) {
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128 && \
-    (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
-  asm("" : "+v"(v.raw));
-#else
-  (void)v;
-#endif
-}
 
 // One token for U*N adjacent columns of one tile of a head's state in
 // kernel order (row j of the tile holds S[.][j] of its columns, rows
@@ -152,8 +135,16 @@ HWY_INLINE void StepColumns(D d, const float* in, float* out, size_t dk, size_t 
         const float* row = in + (j0 + j + p) * stride;
         HWY_UNROLL(8)
         for (size_t u = 0; u < U; ++u) {
-          V s = hn::LoadU(d, row + u * N);
-          InRegister(s);
+          // In a register (in_register-inl.h): GCC folded this load into
+          // both multiply-adds, and pass 1 was then bound by its loads (six
+          // per row of two vectors on AVX3, not four). Stop 39, Zen 5 VM,
+          // ssm_bench BM_DecodeHot/<target>/16/1 with this, the scalar-gate
+          // sums below, k . q by DotLanes and Ahead's unclamped requests,
+          // against main before them, builds alternated twice: 0.80 of the
+          // time on AVX3 (13.6-13.9 against 17.0-17.2 us), 0.86 on AVX2,
+          // 0.93-0.95 on SSE4; this alone removed, AVX3 15.0-15.3 against
+          // 13.3-13.7 us (four alternated rounds).
+          const V s = InRegister(hn::LoadU(d, row + u * N));
           m[p][u] = hn::MulAdd(s, a, m[p][u]);
           yp[p][u] = hn::MulAdd(s, c, yp[p][u]);
         }
@@ -165,7 +156,7 @@ HWY_INLINE void StepColumns(D d, const float* in, float* out, size_t dk, size_t 
       const float* row = in + (j0 + j) * stride;
       HWY_UNROLL(8)
       for (size_t u = 0; u < U; ++u) {
-        const V s = hn::LoadU(d, row + u * N);
+        const V s = InRegister(hn::LoadU(d, row + u * N));
         m[0][u] = hn::MulAdd(s, a, m[0][u]);
         yp[0][u] = hn::MulAdd(s, c, yp[0][u]);
       }
