@@ -29,6 +29,9 @@
 //   and the requests Attend makes on this CPU, without its lane sums,
 //   softmax or gather: what the decode's loads and arithmetic alone reach in
 //   its order (report.py's bound row for the 0.85 goal).
+// - BM_DecodeFmaWalk4/<f32|bf16>/<head dim>/<cache length>: the FmaWalk's
+//   work with each head's keys and values in four segments side by side
+//   (four sequential streams): a bound for a design Attend does not take.
 // - BM_DecodeSliding/<target>/f32/<head dim>/<cache length>/<window>: a
 //   decode through a sliding window of 4096 over a longer plain cache: cost
 //   should follow the visible length (masked-out slots are never read).
@@ -603,6 +606,23 @@ void BM_DecodeFmaWalk(benchmark::State& state, const Shape& shape) {
   });
 }
 
+// The FmaWalk's loads and multiply-adds with the keys and the values of each
+// head in four segments read side by side (bench::DecodeTrafficInSegments):
+// what the same work reaches from four sequential streams instead of one.
+// A bound for a design that sums each output's values in four segments
+// (Attend sums them in slot order).
+void BM_DecodeFmaWalk4(benchmark::State& state, const Shape& shape) {
+  const size_t slots = ColdSlots(shape) / 16 * 16;
+  const bool bf16 = shape.dtype != DType::kF32;
+  const std::vector<float> q(static_cast<size_t>(kGroup) * shape.dim, 0.01f);
+  float sum = 0;
+  WalkEveryHead(state, shape, [&](const char* head) {
+    sum += bench::DecodeTrafficInSegments(head, bf16, slots, static_cast<size_t>(shape.dim),
+                                          q.data());
+    benchmark::DoNotOptimize(sum);
+  });
+}
+
 // ---------------------------------------------------------------------------
 // Multi-core decode (flash-decoding, kernels/attention.h AttendOptions):
 // BM_DecodeThreads/<target>/<f32|bf16>/<head dim>/<length>/<threads> (cold)
@@ -714,6 +734,11 @@ void RegisterAll() {
       benchmark::RegisterBenchmark(
           (std::string("BM_DecodeFmaWalk/") + DTypeName(dtype)).c_str(),
           [shape](benchmark::State& state) { BM_DecodeFmaWalk(state, shape); })
+          ->Args({dim, length})
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(
+          (std::string("BM_DecodeFmaWalk4/") + DTypeName(dtype)).c_str(),
+          [shape](benchmark::State& state) { BM_DecodeFmaWalk4(state, shape); })
           ->Args({dim, length})
           ->Unit(benchmark::kMicrosecond);
     }

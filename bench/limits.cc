@@ -136,45 +136,73 @@ void ConvTrafficImpl(const float* HWY_RESTRICT w, float* HWY_RESTRICT state,
   }
 }
 
+// acc[g][s] += q_g[i..] * rows[s][i..] for every vector i of dim, four
+// query heads and four rows: the decode's multiply-adds of four rows.
+template <typename T, class D, class V>
+HWY_INLINE void MultiplyRows(D d, const T* const* rows, size_t dim, const float* HWY_RESTRICT q,
+                             V (&acc)[4][4]) {
+  namespace kernel = kvspec::HWY_NAMESPACE;
+  const size_t N = hn::Lanes(d);
+  for (size_t i = 0; i + N <= dim; i += N) {
+    const V k0 = kernel::LoadLanes(d, rows[0] + i), k1 = kernel::LoadLanes(d, rows[1] + i);
+    const V k2 = kernel::LoadLanes(d, rows[2] + i), k3 = kernel::LoadLanes(d, rows[3] + i);
+    HWY_UNROLL(4)
+    for (size_t g = 0; g < 4; ++g) {
+      const V qv = hn::LoadU(d, q + g * dim + i);
+      acc[g][0] = hn::MulAdd(qv, k0, acc[g][0]);
+      acc[g][1] = hn::MulAdd(qv, k1, acc[g][1]);
+      acc[g][2] = hn::MulAdd(qv, k2, acc[g][2]);
+      acc[g][3] = hn::MulAdd(qv, k3, acc[g][3]);
+    }
+  }
+}
+
 // The decode's loads and multiply-adds alone (see DecodeTraffic in
 // limits.h), with the kernel's loads and requests: rows in blocks of 8 KiB,
 // the next block's rows requested one per row (into L1 when l1, else into
 // L2 and, for fp32, each block's rows into L1 as it starts, as Attend does),
 // four rows at a time each loaded vector by vector and fed to four query
-// heads' multiply-adds (16 accumulators, no lane sums).
+// heads' multiply-adds (16 accumulators, no lane sums). With segments = 4
+// (DecodeTrafficInSegments), the rows in four segments side by side
+// instead: each group of four rows takes one row from each segment, and
+// each segment requests its own rows 2 KiB ahead into L1.
 template <typename T>
 float DecodeTrafficT(const T* HWY_RESTRICT head, size_t slots, size_t dim,
-                     const float* HWY_RESTRICT q, bool l1) {
+                     const float* HWY_RESTRICT q, bool l1, size_t segments) {
   namespace kernel = kvspec::HWY_NAMESPACE;
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
-  const size_t N = hn::Lanes(d);
   const size_t row_bytes = dim * sizeof(T);
-  const size_t block = std::max<size_t>(8, 8192 / row_bytes);
   V acc[4][4];
   for (auto& a : acc) {
     for (auto& x : a) x = hn::Zero(d);
   }
-  for (size_t t0 = 0; t0 < slots; t0 += block) {
-    const size_t t1 = std::min(slots, t0 + block);
-    if (sizeof(T) == 4 && !l1) kernel::PrefetchSpan(head + t0 * dim, (t1 - t0) * row_bytes, true);
-    for (size_t t = t0; t + 4 <= t1; t += 4) {
-      for (size_t s = 0; s < 4 && t + s + block < slots; ++s) {
-        kernel::PrefetchSpan(head + (t + s + block) * dim, row_bytes, l1);
+  if (segments == 4) {
+    const size_t seg = slots / 4;
+    const size_t ahead = std::max<size_t>(1, 2048 / row_bytes);
+    for (size_t j = 0; j < seg; ++j) {
+      const T* rows[4];
+      for (size_t s = 0; s < 4; ++s) {
+        const T* row = head + (s * seg + j) * dim;
+        if (j + ahead < seg) kernel::PrefetchSpan(row + ahead * dim, row_bytes, true);
+        rows[s] = row;
       }
-      const T* r0 = head + t * dim;
-      for (size_t i = 0; i + N <= dim; i += N) {
-        const V k0 = kernel::LoadLanes(d, r0 + i), k1 = kernel::LoadLanes(d, r0 + dim + i);
-        const V k2 = kernel::LoadLanes(d, r0 + 2 * dim + i);
-        const V k3 = kernel::LoadLanes(d, r0 + 3 * dim + i);
-        HWY_UNROLL(4)
-        for (size_t g = 0; g < 4; ++g) {
-          const V qv = hn::LoadU(d, q + g * dim + i);
-          acc[g][0] = hn::MulAdd(qv, k0, acc[g][0]);
-          acc[g][1] = hn::MulAdd(qv, k1, acc[g][1]);
-          acc[g][2] = hn::MulAdd(qv, k2, acc[g][2]);
-          acc[g][3] = hn::MulAdd(qv, k3, acc[g][3]);
+      MultiplyRows(d, rows, dim, q, acc);
+    }
+  } else {
+    const size_t block = std::max<size_t>(8, 8192 / row_bytes);
+    for (size_t t0 = 0; t0 < slots; t0 += block) {
+      const size_t t1 = std::min(slots, t0 + block);
+      if (sizeof(T) == 4 && !l1) {
+        kernel::PrefetchSpan(head + t0 * dim, (t1 - t0) * row_bytes, true);
+      }
+      for (size_t t = t0; t + 4 <= t1; t += 4) {
+        for (size_t s = 0; s < 4 && t + s + block < slots; ++s) {
+          kernel::PrefetchSpan(head + (t + s + block) * dim, row_bytes, l1);
         }
+        const T* rows[4] = {head + t * dim, head + (t + 1) * dim, head + (t + 2) * dim,
+                            head + (t + 3) * dim};
+        MultiplyRows(d, rows, dim, q, acc);
       }
     }
   }
@@ -186,9 +214,9 @@ float DecodeTrafficT(const T* HWY_RESTRICT head, size_t slots, size_t dim,
 }
 
 float DecodeTrafficImpl(const void* head, bool bf16, size_t slots, size_t dim, const float* q,
-                        bool l1) {
-  return bf16 ? DecodeTrafficT(static_cast<const uint16_t*>(head), slots, dim, q, l1)
-              : DecodeTrafficT(static_cast<const float*>(head), slots, dim, q, l1);
+                        bool l1, size_t segments) {
+  return bf16 ? DecodeTrafficT(static_cast<const uint16_t*>(head), slots, dim, q, l1, segments)
+              : DecodeTrafficT(static_cast<const float*>(head), slots, dim, q, l1, segments);
 }
 
 size_t LanesImpl() { return hn::Lanes(hn::ScalableTag<float>()); }
@@ -234,7 +262,11 @@ void ConvTraffic(const float* w, float* state, const float* x, float* u, size_t 
 }
 float DecodeTraffic(const void* head, bool bf16, size_t slots, size_t dim, const float* q,
                     bool l1) {
-  return HWY_DYNAMIC_DISPATCH(DecodeTrafficImpl)(head, bf16, slots, dim, q, l1);
+  return HWY_DYNAMIC_DISPATCH(DecodeTrafficImpl)(head, bf16, slots, dim, q, l1, 1);
+}
+float DecodeTrafficInSegments(const void* head, bool bf16, size_t slots, size_t dim,
+                              const float* q) {
+  return HWY_DYNAMIC_DISPATCH(DecodeTrafficImpl)(head, bf16, slots, dim, q, false, 4);
 }
 const char* LimitsTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 
