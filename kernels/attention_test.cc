@@ -328,12 +328,13 @@ TEST_P(AttentionTargets, WindowQueriesEqualTheirDecodesBitForBit) {
   EXPECT_EQ(compared, 5 * 2 * 2 * 2 * 2 * 40);
 }
 
-// Every query head its own: q_heads = 1, 2, 4 x kv_heads for kv_heads 1..3,
-// decode and window, fp32 and bf16, dims with and without a vector tail.
+// Every query head its own: q_heads = 1, 2, 4 x kv_heads for kv_heads 1..4
+// and 8 (as many models have), decode and window, fp32 and bf16, dims with
+// and without a vector tail.
 TEST_P(AttentionTargets, GroupedQueryHeadsMatchReference) {
   const int kDims[] = {3, 16, 40, 64};
   for (int group : {1, 2, 4}) {
-    for (int kv_heads = 1; kv_heads <= 3; ++kv_heads) {
+    for (int kv_heads : {1, 2, 3, 4, 8}) {
       for (int dim : kDims) {
         for (int32_t queries : {1, 6}) {
           for (int bf16 = 0; bf16 < 2; ++bf16) {
