@@ -612,7 +612,7 @@ void BM_DecodeFmaWalk(benchmark::State& state, const Shape& shape) {
 // A bound for a design that sums each output's values in four segments
 // (Attend sums them in slot order).
 void BM_DecodeFmaWalk4(benchmark::State& state, const Shape& shape) {
-  const size_t slots = ColdSlots(shape) / 16 * 16;
+  const size_t slots = ColdSlots(shape) / 4 * 4;
   const bool bf16 = shape.dtype != DType::kF32;
   const std::vector<float> q(static_cast<size_t>(kGroup) * shape.dim, 0.01f);
   float sum = 0;

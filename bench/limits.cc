@@ -162,13 +162,13 @@ HWY_INLINE void MultiplyRows(D d, const T* const* rows, size_t dim, const float*
 // the next block's rows requested one per row (into L1 when l1, else into
 // L2 and, for fp32, each block's rows into L1 as it starts, as Attend does),
 // four rows at a time each loaded vector by vector and fed to four query
-// heads' multiply-adds (16 accumulators, no lane sums). With segments = 4
-// (DecodeTrafficInSegments), the rows in four segments side by side
+// heads' multiply-adds (16 accumulators, no lane sums). With in_segments
+// (DecodeTrafficInSegments; l1 unused), the rows in four segments side by side
 // instead: each group of four rows takes one row from each segment, and
 // each segment requests its own rows 2 KiB ahead into L1.
 template <typename T>
 float DecodeTrafficT(const T* HWY_RESTRICT head, size_t slots, size_t dim,
-                     const float* HWY_RESTRICT q, bool l1, size_t segments) {
+                     const float* HWY_RESTRICT q, bool l1, bool in_segments) {
   namespace kernel = kvspec::HWY_NAMESPACE;
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
@@ -177,7 +177,7 @@ float DecodeTrafficT(const T* HWY_RESTRICT head, size_t slots, size_t dim,
   for (auto& a : acc) {
     for (auto& x : a) x = hn::Zero(d);
   }
-  if (segments == 4) {
+  if (in_segments) {
     const size_t seg = slots / 4;
     const size_t ahead = std::max<size_t>(1, 2048 / row_bytes);
     for (size_t j = 0; j < seg; ++j) {
@@ -214,9 +214,9 @@ float DecodeTrafficT(const T* HWY_RESTRICT head, size_t slots, size_t dim,
 }
 
 float DecodeTrafficImpl(const void* head, bool bf16, size_t slots, size_t dim, const float* q,
-                        bool l1, size_t segments) {
-  return bf16 ? DecodeTrafficT(static_cast<const uint16_t*>(head), slots, dim, q, l1, segments)
-              : DecodeTrafficT(static_cast<const float*>(head), slots, dim, q, l1, segments);
+                        bool l1, bool in_segments) {
+  return bf16 ? DecodeTrafficT(static_cast<const uint16_t*>(head), slots, dim, q, l1, in_segments)
+              : DecodeTrafficT(static_cast<const float*>(head), slots, dim, q, l1, in_segments);
 }
 
 size_t LanesImpl() { return hn::Lanes(hn::ScalableTag<float>()); }
@@ -262,11 +262,11 @@ void ConvTraffic(const float* w, float* state, const float* x, float* u, size_t 
 }
 float DecodeTraffic(const void* head, bool bf16, size_t slots, size_t dim, const float* q,
                     bool l1) {
-  return HWY_DYNAMIC_DISPATCH(DecodeTrafficImpl)(head, bf16, slots, dim, q, l1, 1);
+  return HWY_DYNAMIC_DISPATCH(DecodeTrafficImpl)(head, bf16, slots, dim, q, l1, false);
 }
 float DecodeTrafficInSegments(const void* head, bool bf16, size_t slots, size_t dim,
                               const float* q) {
-  return HWY_DYNAMIC_DISPATCH(DecodeTrafficImpl)(head, bf16, slots, dim, q, false, 4);
+  return HWY_DYNAMIC_DISPATCH(DecodeTrafficImpl)(head, bf16, slots, dim, q, false, true);
 }
 const char* LimitsTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 

@@ -43,7 +43,7 @@ void ConvTraffic(const float* w, float* state, const float* x, float* u, size_t 
 // the accumulators (pass it to DoNotOptimize).
 float DecodeTraffic(const void* head, bool bf16, size_t slots, size_t dim, const float* q, bool l1);
 // The same loads and multiply-adds in another order (slots a multiple of
-// 16): the rows cut into four segments read side by side, four sequential
+// 4): the rows cut into four segments read side by side, four sequential
 // streams instead of one (each group of four rows takes one row from each
 // segment; each segment requests its rows 2 KiB ahead into L1). Not an
 // order Attend can take for the values without changing its arithmetic:
