@@ -298,6 +298,94 @@ HWY_INLINE void Scores(const float* HWY_RESTRICT q, int group, int dim, const T*
   }
 }
 
+#if KVSPEC_SUMS_OF_16
+// r[i] lane k = r[k] lane i on entry: a 16 x 16 transpose of floats.
+HWY_INLINE void Transpose16(VF (&r)[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {  // pairs of rows, lanes interleaved
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i].raw, r[2 * i + 1].raw);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i].raw, r[2 * i + 1].raw);
+  }
+  __m512 u[16];
+  for (int i = 0; i < 4; ++i) {  // then pairs of lanes
+    const int b = 4 * i;
+    const __m512d t0 = _mm512_castps_pd(t[b]), t1 = _mm512_castps_pd(t[b + 1]);
+    const __m512d t2 = _mm512_castps_pd(t[b + 2]), t3 = _mm512_castps_pd(t[b + 3]);
+    u[b] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    u[b + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    u[b + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    u[b + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+  for (int i = 0; i < 2; ++i) {  // then 128-bit blocks, twice
+    const int b = 8 * i;
+    for (int k = 0; k < 4; ++k) {
+      t[b + k] = _mm512_shuffle_f32x4(u[b + k], u[b + 4 + k], 0x88);
+      t[b + 4 + k] = _mm512_shuffle_f32x4(u[b + k], u[b + 4 + k], 0xDD);
+    }
+  }
+  for (int k = 0; k < 8; ++k) {
+    r[k] = VF{_mm512_shuffle_f32x4(t[k], t[8 + k], 0x88)};
+    r[8 + k] = VF{_mm512_shuffle_f32x4(t[k], t[8 + k], 0xDD)};
+  }
+}
+
+// A lone query's scores in segments (ScoresInSegments) from this many rows.
+constexpr size_t kSegmentsFrom = 256;
+
+// Scores of query heads [0, group) (group a multiple of 4) over n >=
+// kSegmentsFrom rows, into scores as Scores writes them and with the same
+// bits (a pair's arithmetic does not depend on its block), but with the
+// rows read in four segments side by side: each 4x4 score block takes one
+// row of each segment, and each segment requests its own rows 2 KiB ahead
+// into L1, so that memory serves four sequential streams at once instead
+// of one. A block's 16 scores go, 16 floats side by side, to side
+// ([seg][group / 4][16]); after the pass they are transposed into scores.
+// Stored straight to their slots, 16 scores of a block in 16 places, they
+// cost the four streams their gain (bench/alternate/walk-modes.patch,
+// modes 6 and 15).
+template <typename T>
+HWY_INLINE void ScoresInSegments(const float* HWY_RESTRICT q, int group, int dim,
+                                 const T* const* keys, size_t n, float scale,
+                                 float* HWY_RESTRICT scores, size_t stride,
+                                 float* HWY_RESTRICT side) {
+  const DF d;
+  const size_t row_bytes = static_cast<size_t>(dim) * sizeof(T);
+  // Segments of a multiple of 16 rows, whose scores are not a multiple of
+  // 4 KiB apart (the transpose's 16 store streams on the same L1 sets).
+  size_t seg = n / 4 / 16 * 16;
+  if (seg % 1024 == 0) seg -= 16;
+  const size_t blocks = static_cast<size_t>(group) / 4;
+  const size_t ahead = std::max<size_t>(1, 2048 / row_bytes);
+  const T* const* k[4] = {keys, keys + seg, keys + 2 * seg, keys + 3 * seg};
+  for (size_t j = 0; j < std::min(ahead, seg); ++j) {
+    for (int s = 0; s < 4; ++s) PrefetchSpan(k[s][j], row_bytes, /*l1=*/true);
+  }
+  for (size_t j = 0; j < seg; ++j) {
+    if (j + ahead < seg) {
+      for (int s = 0; s < 4; ++s) PrefetchSpan(k[s][j + ahead], row_bytes, /*l1=*/true);
+    }
+    const T* rows[4] = {k[0][j], k[1][j], k[2][j], k[3][j]};
+    for (size_t b = 0; b < blocks; ++b) {
+      ScoreBlock<4, 4>(q + 4 * b * dim, dim, rows, scale, side + (j * blocks + b) * 16, 4);
+    }
+  }
+  // side [j][b] lane 4h + s is the score of head 4b + h at slot s * seg + j.
+  for (size_t b = 0; b < blocks; ++b) {
+    for (size_t j0 = 0; j0 < seg; j0 += 16) {
+      VF r[16];
+      for (size_t i = 0; i < 16; ++i) r[i] = hn::LoadU(d, side + ((j0 + i) * blocks + b) * 16);
+      Transpose16(r);
+      for (size_t h = 0; h < 4; ++h) {
+        float* out = scores + (4 * b + h) * stride + j0;
+        for (size_t s = 0; s < 4; ++s) hn::StoreU(r[4 * h + s], d, out + s * seg);
+      }
+    }
+  }
+  // The rows after the four segments (at most 130).
+  Scores(q, group, dim, keys + 4 * seg, n - 4 * seg, scale, scores + 4 * seg, stride, Ahead<T>());
+}
+#endif
+
 // acc_g[0, dim) += sum over j in [0, n), in order, of w[g * stride + j] *
 // value_j, for kG heads (acc_g dim floats apart). Every output lane sees the
 // same sequence of multiply-adds whatever the blocking of heads, slots or

@@ -103,6 +103,9 @@ struct AttendScratch {
   std::vector<int32_t> block_pos;    // two blocks' candidate slots (this one and
   std::vector<const T*> block_rows;  // the next): positions and rows
   std::vector<const T*> ptrs;        // one query's admitted rows in a block
+  std::vector<int32_t> all_pos;      // a lone query's admitted slots of a head
+  std::vector<const T*> all_rows;    // (ScoresInSegments): positions and rows,
+  std::vector<float> side;           // and its score blocks before the transpose
 
   void Prepare(const AttendPlan& p) {
     const size_t nq = static_cast<size_t>(p.tile);
@@ -353,7 +356,49 @@ struct ScoreSink {
     Scores(qh, group, dim, keys, n, scale, &scores[t * per_query + count[t]], padded, ahead);
     count[t] += n;
   }
+
+#if KVSPEC_SUMS_OF_16
+  // The scores of the tile's only query over all n of its admitted rows of
+  // the head (keys, in logical order) at once, in segments.
+  void AddSegments(const T* const* keys, size_t n, float* side) {
+    const float* qh = q + ((r * queries + q0) * q_heads + kh * group) * dim;
+    ScoresInSegments(qh, group, dim, keys, n, scale, scores, padded, side);
+    count[0] = n;
+  }
+#endif
 };
+
+// The scores of one KV head over the logical slots [begin, end): a lone
+// query's admitted rows gathered whole and scored in segments
+// (ScoresInSegments) where there are enough of them and the target has
+// SumsOf16, else block by block (ForEachBlock). The same bits either way.
+template <typename T>
+HWY_INLINE void ScorePass(const AttendPlan& p, const QueryTile& tile, const T* k_head,
+                          AttendScratch<T>& scratch, ScoreSink<T>& sink, int32_t begin,
+                          int32_t end) {
+#if KVSPEC_SUMS_OF_16
+  if (tile.q1 - tile.q0 == 1 && p.group % 4 == 0 &&
+      static_cast<size_t>(end - begin) >= kSegmentsFrom) {
+    const size_t most = static_cast<size_t>(end - begin);
+    if (scratch.all_pos.size() < most) {
+      scratch.all_pos.resize(most);
+      scratch.all_rows.resize(most);
+    }
+    if (scratch.side.size() < most * p.group) scratch.side.resize(most * p.group);
+    AttendPlan whole = p;
+    whole.block = end - begin;
+    Block<T> all{scratch.all_pos.data(), scratch.all_rows.data(), 0, 0, 0};
+    GatherBlock(whole, tile, k_head, begin, end, &all);
+    if (all.n >= kSegmentsFrom) {
+      sink.AddSegments(all.rows, all.n, scratch.side.data());
+    } else if (all.n > 0) {
+      sink.Add(tile.q0, all.rows, all.n, Ahead<T>());
+    }
+    return;
+  }
+#endif
+  ForEachBlock(p, tile, k_head, scratch, sink, begin, end);
+}
 
 // Adds, per query of the tile, a block's admitted values weighted by the
 // softmax numerators to acc [t][g][dim].
@@ -444,7 +489,7 @@ HWY_INLINE void AttendHead(const AttendPlan& p, const QueryTile& tile, int kh,
   const int32_t nq = tile.q1 - tile.q0;
   std::fill(scratch.count.begin(), scratch.count.end(), 0);
   ScoreSink<T> score_sink(p, tile, kh, q, scratch);
-  ForEachBlock(p, tile, k_head, scratch, score_sink, 0, p.slots);
+  ScorePass(p, tile, k_head, scratch, score_sink, 0, p.slots);
   SoftmaxTile(p, nq, scratch.scores.data(), scratch.count.data(), scratch.sums.data());
   std::fill(scratch.acc.begin(), scratch.acc.begin() + static_cast<size_t>(nq) * p.group * p.dim,
             0.0f);
@@ -496,7 +541,7 @@ HWY_INLINE void AttendChunk(const AttendPlan& p, const QueryTile& tile, int kh,
   const size_t dim = static_cast<size_t>(p.dim);
   std::fill(scratch.count.begin(), scratch.count.end(), 0);
   ScoreSink<T> score_sink(p, tile, kh, q, scratch);
-  ForEachBlock(p, tile, k_head, scratch, score_sink, begin, end);
+  ScorePass(p, tile, k_head, scratch, score_sink, begin, end);
   const size_t n = scratch.count[0];  // >= 1: a chunk begins at an admitted slot
   for (int g = 0; g < group; ++g) {
     float* sc = &scratch.scores[g * p.padded];

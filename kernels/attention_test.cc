@@ -55,13 +55,14 @@ struct AttentionCase {
   int32_t first_slot = 0;
   int misalign = 0;   // floats (or bf16 elements) off the allocation's start
   int pad_every = 0;  // every pad_every-th query is a pad query (0: none)
+  bool full = false;  // every slot held, no holes (else a random part, holes)
 
   std::string Describe() const {
     std::ostringstream s;
     s << "rows=" << rows << " kv_heads=" << kv_heads << " q_heads=" << kv_heads * group
       << " dim=" << dim << " slots=" << slots << " queries=" << queries << " window=" << window
       << (bf16 ? " bf16" : " fp32") << " first_slot=" << first_slot << " misalign=" << misalign
-      << " pad_every=" << pad_every;
+      << " pad_every=" << pad_every << (full ? " full" : "");
     return s.str();
   }
 };
@@ -87,10 +88,11 @@ void FillCache(const AttentionCase& c, Rand* r, AttentionInputs* in) {
   r->Fill(&in->v, -1, 1);
   in->pos.assign(static_cast<size_t>(c.rows) * c.slots, -1);
   for (int row = 0; row < c.rows; ++row) {
-    const int32_t held = c.slots == 0 ? 0 : static_cast<int32_t>(r->Int(c.slots / 2, c.slots));
+    const int32_t held =
+        c.slots == 0 || c.full ? c.slots : static_cast<int32_t>(r->Int(c.slots / 2, c.slots));
     const int32_t base = static_cast<int32_t>(r->Int(0, 3));
     for (int32_t t = 0; t < held; ++t) {
-      if (r->Int(0, 15) == 0) continue;  // a hole
+      if (!c.full && r->Int(0, 15) == 0) continue;  // a hole
       in->pos[row * c.slots + (c.first_slot + t) % c.slots] = base + t;
     }
     for (int32_t s = 0; s < c.slots; ++s) {
@@ -256,6 +258,55 @@ TEST_P(AttentionTargets, WindowMatchesReference) {
   }
 }
 
+// Whether each query of c's forward (Attend over all of them) got the bits
+// it gets alone (Attend over that query only); adds to *compared the
+// queries compared.
+::testing::AssertionResult QueriesEqualTheirDecodes(const AttentionCase& c, Rand* r,
+                                                    int* compared) {
+  AttentionInputs in;
+  FillCache(c, r, &in);
+  FillMask(c, r, &in);
+  const int q_heads = c.kv_heads * c.group;
+  const size_t per_query = static_cast<size_t>(q_heads) * c.dim;
+  std::vector<float> out(static_cast<size_t>(c.rows) * c.queries * per_query);
+  Attend(in.q.data(), q_heads, in.kv, in.mask, out.data());
+  for (int row = 0; row < c.rows; ++row) {
+    // One row's cache as its own view, one query at a time.
+    KvView kv = in.kv;
+    kv.rows = 1;
+    const size_t skip = static_cast<size_t>(row) * kv.row_stride;
+    kv.k += skip;
+    kv.v += skip;
+    if (c.bf16) {
+      kv.k_bf16 += skip;
+      kv.v_bf16 += skip;
+    }
+    kv.slot_pos += static_cast<size_t>(row) * kv.slot_stride;
+    for (int32_t qi = 0; qi < c.queries; ++qi) {
+      const size_t rq = static_cast<size_t>(row) * c.queries + qi;
+      Mask one = in.mask;
+      one.rows = 1;
+      one.queries = 1;
+      one.slot_pos = kv.slot_pos;
+      one.query_pos = {in.mask.query_pos[rq]};
+      one.lo = {in.mask.lo[rq]};
+      one.hi = {in.mask.hi[rq]};
+      std::vector<float> alone(per_query);
+      Attend(in.q.data() + rq * per_query, q_heads, kv, one, alone.data());
+      const float* windowed = out.data() + rq * per_query;
+      for (size_t i = 0; i < per_query; ++i) {
+        if (std::memcmp(&alone[i], &windowed[i], sizeof(float)) == 0) continue;
+        return ::testing::AssertionFailure()
+               << "target " << AttentionTargetName() << ", " << c.Describe() << ": row " << row
+               << " query " << qi << " lane " << i << ": window " << windowed[i] << ", decode "
+               << alone[i];
+      }
+      ++*compared;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // Each query of a window forward gets the bits its decode alone gets: a
 // slot's score and weight do not depend on the block it falls in. A
 // window's blocks hold twice a decode's slots, so a query whose admitted
@@ -281,51 +332,41 @@ TEST_P(AttentionTargets, WindowQueriesEqualTheirDecodesBitForBit) {
           c.window = window;
           c.bf16 = bf16 == 1;
           c.first_slot = static_cast<int32_t>(r.Int(0, c.slots - 1));
-          AttentionInputs in;
-          FillCache(c, &r, &in);
-          FillMask(c, &r, &in);
-          const int q_heads = c.kv_heads * c.group;
-          const size_t per_query = static_cast<size_t>(q_heads) * c.dim;
-          std::vector<float> out(static_cast<size_t>(c.rows) * c.queries * per_query);
-          Attend(in.q.data(), q_heads, in.kv, in.mask, out.data());
-          for (int row = 0; row < c.rows; ++row) {
-            // One row's cache as its own view, one query at a time.
-            KvView kv = in.kv;
-            kv.rows = 1;
-            const size_t skip = static_cast<size_t>(row) * kv.row_stride;
-            kv.k += skip;
-            kv.v += skip;
-            if (c.bf16) {
-              kv.k_bf16 += skip;
-              kv.v_bf16 += skip;
-            }
-            kv.slot_pos += static_cast<size_t>(row) * kv.slot_stride;
-            for (int32_t qi = 0; qi < c.queries; ++qi) {
-              const size_t rq = static_cast<size_t>(row) * c.queries + qi;
-              Mask one = in.mask;
-              one.rows = 1;
-              one.queries = 1;
-              one.slot_pos = kv.slot_pos;
-              one.query_pos = {in.mask.query_pos[rq]};
-              one.lo = {in.mask.lo[rq]};
-              one.hi = {in.mask.hi[rq]};
-              std::vector<float> alone(per_query);
-              Attend(in.q.data() + rq * per_query, q_heads, kv, one, alone.data());
-              const float* windowed = out.data() + rq * per_query;
-              for (size_t i = 0; i < per_query; ++i) {
-                ASSERT_EQ(std::memcmp(&alone[i], &windowed[i], sizeof(float)), 0)
-                    << "target " << AttentionTargetName() << ", " << c.Describe() << ": row "
-                    << row << " query " << qi << " lane " << i << ": window " << windowed[i]
-                    << ", decode " << alone[i];
-              }
-              ++compared;
-            }
-          }
+          ASSERT_TRUE(QueriesEqualTheirDecodes(c, &r, &compared));
         }
       }
     }
   }
   EXPECT_EQ(compared, 5 * 2 * 2 * 2 * 2 * 40);
+}
+
+// The same for decodes long enough that, on targets with 512-bit vectors,
+// a lone query's keys are scored in four segments side by side
+// (ScoresInSegments): groups of 4 and 8 query heads, each query against a
+// forward of three (scored block by block). With every slot held, the
+// queries admit about `slots` slots: from 256 on, 4100-4120 of them make
+// segments of a multiple of 1024 rows (which the kernel shortens by 16),
+// and the others segments of other lengths; with holes, from 150 to 2100.
+TEST_P(AttentionTargets, LongDecodesEqualTheirForwardsBitForBit) {
+  Rand r(19);
+  int compared = 0;
+  for (int32_t slots : {258, 301, 1100, 2100, 4120}) {
+    for (int group : {4, 8}) {
+      for (int bf16 = 0; bf16 < 2; ++bf16) {
+        AttentionCase c;
+        c.full = slots != 2100;
+        c.kv_heads = 1;
+        c.group = group;
+        c.dim = bf16 == 1 ? 32 : 16;
+        c.slots = slots;
+        c.queries = 3;
+        c.bf16 = bf16 == 1;
+        c.first_slot = static_cast<int32_t>(r.Int(0, c.slots - 1));
+        ASSERT_TRUE(QueriesEqualTheirDecodes(c, &r, &compared));
+      }
+    }
+  }
+  EXPECT_EQ(compared, 5 * 2 * 2 * 3);
 }
 
 // Every query head its own: q_heads = 1, 2, 4 x kv_heads for kv_heads 1..4
