@@ -589,28 +589,36 @@ void BM_DecodeWalk(benchmark::State& state, const Shape& shape) {
   WalkRecords()[ShapeKey(shape)].AddRate(bytes * static_cast<double>(state.iterations()), seconds);
 }
 
-// The decode's loads and multiply-adds alone (bench::DecodeTraffic): per KV
-// head, the keys then the values in the walk's order, with the requests
-// Attend makes on this CPU, every vector loaded and multiplied into the
-// group's accumulators, without the lane sums, the softmax or the gather of
-// admitted slots. Reported as the bound of the decode's goals it misses.
+// The decode's loads and multiply-adds alone, in Attend's order, with the
+// requests Attend makes on this CPU: per KV head, the keys in four
+// segments side by side (bench::DecodeTrafficInSegments) where Attend
+// reads them so (AttentionScoresInSegments), else in the walk's order
+// (bench::DecodeTraffic), then the values in the walk's order; every vector
+// loaded and multiplied into the group's accumulators, without the lane
+// sums, the softmax or the gather of admitted slots. Reported as the bound
+// of the decode's goals it misses.
 void BM_DecodeFmaWalk(benchmark::State& state, const Shape& shape) {
   const size_t slots = ColdSlots(shape) / 4 * 4;
+  const size_t dim = static_cast<size_t>(shape.dim);
   const bool bf16 = shape.dtype != DType::kF32;
   const bool l1 = AttentionPrefetchesIntoL1(bf16);
+  const bool segments = AttentionScoresInSegments();
   const std::vector<float> q(static_cast<size_t>(kGroup) * shape.dim, 0.01f);
   float sum = 0;
+  bool keys = true;  // WalkEveryHead walks each head's keys, then its values
   WalkEveryHead(state, shape, [&](const char* head) {
-    sum += bench::DecodeTraffic(head, bf16, slots, static_cast<size_t>(shape.dim), q.data(), l1);
+    sum += keys && segments ? bench::DecodeTrafficInSegments(head, bf16, slots, dim, q.data())
+                            : bench::DecodeTraffic(head, bf16, slots, dim, q.data(), l1);
+    keys = !keys;
     benchmark::DoNotOptimize(sum);
   });
 }
 
-// The FmaWalk's loads and multiply-adds with the keys and the values of each
-// head in four segments read side by side (bench::DecodeTrafficInSegments):
-// what the same work reaches from four sequential streams instead of one.
-// A bound for a design that sums each output's values in four segments
-// (Attend sums them in slot order).
+// The FmaWalk's loads and multiply-adds with the values of each head, as
+// well as its keys, in four segments read side by side
+// (bench::DecodeTrafficInSegments): what the same work reaches from four
+// sequential streams for both. A bound for a design that sums each
+// output's values in four segments (Attend sums them in slot order).
 void BM_DecodeFmaWalk4(benchmark::State& state, const Shape& shape) {
   const size_t slots = ColdSlots(shape) / 4 * 4;
   const bool bf16 = shape.dtype != DType::kF32;

@@ -109,7 +109,7 @@ def summary(paths):
                            seconds(b) / seconds(bf16)))
         for dtype, run in (("f32", b), ("bf16", bf16)):
             for kind, label in (("Walk", "walk"), ("FmaWalk", "loads+FMAs walk"),
-                                ("FmaWalk4", "loads+FMAs in four streams")):
+                                ("FmaWalk4", "loads+FMAs, values in four streams too")):
                 walk = runs.get("BM_Decode%s/%s/%s/%s" % (kind, dtype, dim, length))
                 if walk and run:
                     ratios.append(("%s time / kvspec time, %s %s, dim %s, %s tokens"
@@ -243,12 +243,13 @@ def table_rows(runs, path, rows):
             if not b:
                 continue
             walk = runs.get("BM_DecodeWalk/f32/%d/%d" % (dim, length))
-            # The decode's loads and multiply-adds alone, in its order and
-            # with its requests, without the rest of its work.
+            # The decode's loads and multiply-adds alone, in its order (the
+            # keys in four segments where Attend reads them so) and with its
+            # requests, without the rest of its work.
             fma = runs.get("BM_DecodeFmaWalk/f32/%d/%d" % (dim, length))
-            # The same work from four sequential streams: each head's keys
-            # and values in four segments side by side, an order Attend does
-            # not take (it sums the values in slot order).
+            # The same work with the values in four segments side by side
+            # too, an order Attend does not take (it sums the values in
+            # slot order).
             fma4 = runs.get("BM_DecodeFmaWalk4/f32/%d/%d" % (dim, length))
             limit, name = best_probe[0], best_probe[1].replace("BM_", "")
             if walk and walk["bytes_per_second"] > limit:
@@ -259,14 +260,16 @@ def table_rows(runs, path, rows):
                     "read limit %.2f GB/s (%s)" % (limit / 1e9, name), f, ">= 0.85", f >= 0.85)
                 if fma and f < 0.85:
                     row("bound of the above: the decode's loads and multiply-adds alone, in its "
-                        "order (DecodeFmaWalk, no lane sums, softmax or gather), dim %d, %d tokens"
+                        "order (DecodeFmaWalk, the keys in four segments where the decode reads "
+                        "them so, no lane sums, softmax or gather), dim %d, %d tokens"
                         % (dim, length), "%.2f GB/s" % gb(fma),
                         "read limit %.2f GB/s (%s)" % (limit / 1e9, name),
                         fma["bytes_per_second"] / limit, "", None)
                 if fma4 and f < 0.85:
-                    row("the same loads and multiply-adds from four streams (DecodeFmaWalk4: "
-                        "each head's keys and values in four segments side by side, not the "
-                        "decode's order), dim %d, %d tokens" % (dim, length),
+                    row("the same loads and multiply-adds with the values in four streams too "
+                        "(DecodeFmaWalk4: each head's keys and values in four segments side by "
+                        "side; the decode sums its values in slot order), dim %d, %d tokens"
+                        % (dim, length),
                         "%.2f GB/s" % gb(fma4), "read limit %.2f GB/s (%s)" % (limit / 1e9, name),
                         fma4["bytes_per_second"] / limit, "", None)
             bf16 = runs.get("BM_Decode/%s/bf16/%d/%d" % (target, dim, length))

@@ -713,6 +713,7 @@ void AttendImpl(const float* HWY_RESTRICT q, int q_heads, const KvView& kv,
 }
 
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+bool SegmentsKeys() { return KVSPEC_SUMS_OF_16 != 0; }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace kvspec
@@ -723,6 +724,7 @@ namespace kvspec {
 
 HWY_EXPORT(AttendImpl);
 HWY_EXPORT(TargetName);
+HWY_EXPORT(SegmentsKeys);
 
 bool AttentionPrefetchesIntoL1(bool bf16) {
 #if HWY_ARCH_X86 && (defined(__GNUC__) || defined(__clang__))
@@ -768,6 +770,7 @@ void Attend(const float* q, int q_heads, const KvView& kv, const Mask& mask, flo
 }
 
 const char* AttentionTargetName() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+bool AttentionScoresInSegments() { return HWY_DYNAMIC_DISPATCH(SegmentsKeys)(); }
 
 }  // namespace kvspec
 #endif  // HWY_ONCE

@@ -71,5 +71,10 @@ const char* AttentionTargetName();
 // and, for bf16, on AMD Zen 5 and later (see ForEachBlock in attention.cc).
 // The benchmarks that mirror the kernel's reads ask it.
 bool AttentionPrefetchesIntoL1(bool bf16);
+// Whether the target Attend dispatches to now reads a lone query's keys in
+// four segments side by side (groups of a multiple of 4 query heads, at
+// least 256 admitted slots; see ScoresInSegments in attention-inl.h): on
+// 512-bit x86 targets. The benchmarks that mirror the kernel's reads ask it.
+bool AttentionScoresInSegments();
 
 }  // namespace kvspec
