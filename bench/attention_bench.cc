@@ -524,10 +524,10 @@ std::array<const char*, 2> KvBytes(const AttentionCase& c, DType dtype) {
 }
 
 // The frame of the decode's walks: per iteration, the next cold case of the
-// rotation, and per KV head walk(first row of its keys), then walk(first row
-// of its values), rows dim elements of the shape's storage apart, as the
-// decode reads them. Reports the reads as the decode does and returns the
-// bytes of one call and the CPU seconds of the loop.
+// rotation, and per KV head walk(first row of its keys, true), then
+// walk(first row of its values, false), rows dim elements of the shape's
+// storage apart, as the decode reads them. Reports the reads as the decode
+// does and returns the bytes of one call and the CPU seconds of the loop.
 template <typename Walk>
 std::pair<double, double> WalkEveryHead(benchmark::State& state, const Shape& shape,
                                         Walk&& walk) {
@@ -543,7 +543,9 @@ std::pair<double, double> WalkEveryHead(benchmark::State& state, const Shape& sh
     next = next + 1 == rotate ? 0 : next + 1;
     const auto bases = KvBytes(c, shape.dtype);
     for (int kh = 0; kh < kKvHeads; ++kh) {
-      for (const char* base : bases) walk(base + static_cast<size_t>(kh) * head_bytes);
+      const size_t at = static_cast<size_t>(kh) * head_bytes;
+      walk(bases[0] + at, /*keys=*/true);
+      walk(bases[1] + at, /*keys=*/false);
     }
   }
   const double seconds = ProcessSeconds() - start;
@@ -568,7 +570,7 @@ void BM_DecodeWalk(benchmark::State& state, const Shape& shape) {
   const size_t slots = ColdSlots(shape);
   const size_t block = std::max<size_t>(8, 8192 / row_bytes);
   uint64_t sum = 0;
-  const auto [bytes, seconds] = WalkEveryHead(state, shape, [&](const char* head) {
+  const auto [bytes, seconds] = WalkEveryHead(state, shape, [&](const char* head, bool /*keys*/) {
     for (size_t t0 = 0; t0 < slots; t0 += block) {
       const size_t t1 = std::min(slots, t0 + block);
       for (size_t t = t0; t < t1; ++t) {
@@ -605,11 +607,9 @@ void BM_DecodeFmaWalk(benchmark::State& state, const Shape& shape) {
   const bool segments = AttentionScoresInSegments();
   const std::vector<float> q(static_cast<size_t>(kGroup) * shape.dim, 0.01f);
   float sum = 0;
-  bool keys = true;  // WalkEveryHead walks each head's keys, then its values
-  WalkEveryHead(state, shape, [&](const char* head) {
+  WalkEveryHead(state, shape, [&](const char* head, bool keys) {
     sum += keys && segments ? bench::DecodeTrafficInSegments(head, bf16, slots, dim, q.data())
                             : bench::DecodeTraffic(head, bf16, slots, dim, q.data(), l1);
-    keys = !keys;
     benchmark::DoNotOptimize(sum);
   });
 }
@@ -624,7 +624,7 @@ void BM_DecodeFmaWalk4(benchmark::State& state, const Shape& shape) {
   const bool bf16 = shape.dtype != DType::kF32;
   const std::vector<float> q(static_cast<size_t>(kGroup) * shape.dim, 0.01f);
   float sum = 0;
-  WalkEveryHead(state, shape, [&](const char* head) {
+  WalkEveryHead(state, shape, [&](const char* head, bool /*keys*/) {
     sum += bench::DecodeTrafficInSegments(head, bf16, slots, static_cast<size_t>(shape.dim),
                                           q.data());
     benchmark::DoNotOptimize(sum);
