@@ -413,9 +413,10 @@ HWY_INLINE void ScorePass(const AttendPlan& p, const QueryTile& tile, const T* k
 // ExpShifted does), whole vectors summed into one vector accumulator in
 // order, its lanes reduced, then the tail in order (SumOf). Measured with
 // bench/alternate/run --rounds 21 bench/alternate/softmax-along.patch on a
-// Zen 5 core (AVX3), cold decode of 16384 tokens, 8 KV heads x 4: 0.947 of
-// the time at fp32 dim 64, 0.968 at 128, 1.010 at 256 (bf16 0.952, 0.963,
-// 0.988); in L2 (128 tokens) 0.96-1.03; stop 42 in the README.
+// Zen 5 core (AVX3), cold decode of 16384 tokens, 8 KV heads x 4 (medians
+// of the rounds' ratios): 0.947 of the time at fp32 dim 64, 0.965 at 128,
+// 1.003 at 256 (bf16 0.956, 0.972, 0.992); in L2 (128 tokens) 0.98-1.01,
+// but 1.037 at fp32 dim 256; stop 42 in the README.
 struct SoftmaxAlong {
   float* scores = nullptr;     // [group][padded]
   size_t padded = 0;
