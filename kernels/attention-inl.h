@@ -165,7 +165,9 @@ HWY_INLINE float MaxOf(const float* HWY_RESTRICT p, size_t n) {
 // The sum of p[0, n): whole vectors into one vector accumulator, its lanes
 // reduced, then the tail in order. A fixed function of n and the values,
 // like every step of a query's softmax, so it does not depend on where the
-// query's slots sit.
+// query's slots sit. SoftmaxAlong (attention.cc) computes ExpShifted and
+// SumOf incrementally along a lone query's value pass with the same bits
+// (the decode-equals-forward tests hold them together): change them together.
 HWY_INLINE float SumOf(const float* HWY_RESTRICT p, size_t n) {
   const DF d;
   const size_t N = hn::Lanes(d);
