@@ -3,7 +3,9 @@
 // - BM_StreamRead: single-stream read bandwidth over 1 GiB (gcc's SSE2
 //   baseline); BM_ReadProbe/<target>/<streams>/<KiB>: 1, 2, 4 or 8 streams
 //   read side by side with prefetching, Highway vector loads of the target,
-//   over 1 GiB (DRAM) and, 4 streams, over 32 KiB (L1) and 256 KiB (L2).
+//   over 1 GiB (DRAM) and, 4 streams, over 32 KiB (L1) and 256 KiB (L2);
+//   BM_ReadProbeNonTemporal/<target>/<streams>/1048576: the DRAM probes
+//   with the lines requested by prefetchnta, as Attend requests some rows.
 //   The read limit of a cold run (decode attention reads every admitted key
 //   and value once) is the best of the DRAM probes, StreamRead and
 //   BM_DecodeWalk of the same shape. BM_StreamReadWrite: read+write
@@ -603,13 +605,12 @@ void BM_DecodeFmaWalk(benchmark::State& state, const Shape& shape) {
   const size_t slots = ColdSlots(shape) / 4 * 4;
   const size_t dim = static_cast<size_t>(shape.dim);
   const bool bf16 = shape.dtype != DType::kF32;
-  const bool l1 = AttentionPrefetchesIntoL1(bf16);
   const bool segments = AttentionScoresInSegments();
   const std::vector<float> q(static_cast<size_t>(kGroup) * shape.dim, 0.01f);
   float sum = 0;
   WalkEveryHead(state, shape, [&](const char* head, bool keys) {
     sum += keys && segments ? bench::DecodeTrafficInSegments(head, bf16, slots, dim, q.data())
-                            : bench::DecodeTraffic(head, bf16, slots, dim, q.data(), l1);
+                            : bench::DecodeTraffic(head, bf16, slots, dim, q.data());
     benchmark::DoNotOptimize(sum);
   });
 }
@@ -717,6 +718,19 @@ void RegisterAll() {
         const AlignedVector<uint64_t>& buffer = StreamBuffer();
         bench::ReadProbe(state, target, buffer.data(), bytes, n);
       })->Unit(bytes >= bench::kDramProbeBytes ? benchmark::kMillisecond : benchmark::kNanosecond);
+    }
+  }
+  // The same DRAM probes with the lines requested non-temporally, as Attend
+  // requests some of its rows on some CPUs (AttentionRequestsOn).
+  for (const int64_t target : targets) {
+    for (const int n : {1, 2, 4, 8}) {
+      const std::string name = std::string("BM_ReadProbeNonTemporal/") +
+                               hwy::TargetName(target) + "/" + std::to_string(n) + "/" +
+                               std::to_string(kColdBytes / 1024);
+      benchmark::RegisterBenchmark(name.c_str(), [target, n](benchmark::State& state) {
+        const AlignedVector<uint64_t>& buffer = StreamBuffer();
+        bench::ReadProbe(state, target, buffer.data(), kColdBytes, n, /*non_temporal=*/true);
+      })->Unit(benchmark::kMillisecond);
     }
   }
 

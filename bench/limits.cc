@@ -22,7 +22,6 @@ constexpr size_t kAhead = 2048;
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bench/limits.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/attention-inl.h"  // LoadLanes, PrefetchSpan: the kernel's own
 
@@ -66,9 +65,11 @@ double FmaLoopImpl(size_t iterations, float seed) {
 
 // Reads `streams` parts of `bytes / streams` bytes each side by side, 256
 // bytes of every part per round, prefetching kAhead bytes further on in
-// each: every byte is loaded into a vector register and added into one of
-// four accumulators, so the loads are independent of one another.
-uint64_t ReadStreamsImpl(const uint8_t* data, size_t bytes, size_t streams) {
+// each (into L1, or non-temporally with kNonTemporal): every byte is loaded
+// into a vector register and added into one of four accumulators, so the
+// loads are independent of one another.
+template <bool kNonTemporal>
+uint64_t ReadStreamsT(const uint8_t* data, size_t bytes, size_t streams) {
   const hn::ScalableTag<uint32_t> d;
   const size_t step = hn::Lanes(d) * sizeof(uint32_t);
   const size_t part = bytes / streams / kRound * kRound;
@@ -76,7 +77,7 @@ uint64_t ReadStreamsImpl(const uint8_t* data, size_t bytes, size_t streams) {
   for (size_t offset = 0; offset < part; offset += kRound) {
     for (size_t s = 0; s < streams; ++s) {
       const uint8_t* p = data + s * part + offset;
-      for (size_t line = 0; line < kRound; line += 64) hwy::Prefetch(p + kAhead + line);
+      kvspec::HWY_NAMESPACE::PrefetchLines<kNonTemporal ? 0 : 3>(p + kAhead, kRound);
       for (size_t b = 0; b < kRound; b += 4 * step) {
         a0 = hn::Add(a0, hn::LoadU(d, reinterpret_cast<const uint32_t*>(p + b)));
         a1 = hn::Add(a1, hn::LoadU(d, reinterpret_cast<const uint32_t*>(p + b + step)));
@@ -87,6 +88,11 @@ uint64_t ReadStreamsImpl(const uint8_t* data, size_t bytes, size_t streams) {
   }
   const auto sum = hn::Add(hn::Add(a0, a1), hn::Add(a2, a3));
   return hn::GetLane(hn::SumOfLanes(d, sum));
+}
+
+uint64_t ReadStreamsImpl(const uint8_t* data, size_t bytes, size_t streams, bool non_temporal) {
+  return non_temporal ? ReadStreamsT<true>(data, bytes, streams)
+                      : ReadStreamsT<false>(data, bytes, streams);
 }
 
 void ScaleInPlaceImpl(float* HWY_RESTRICT data, size_t n, float scale) {
@@ -158,17 +164,19 @@ HWY_INLINE void MultiplyRows(D d, const T* const* rows, size_t dim, const float*
 }
 
 // The decode's loads and multiply-adds alone (see DecodeTraffic in
-// limits.h), with the kernel's loads and requests: rows in blocks of 8 KiB,
-// the next block's rows requested one per row (into L1 when l1, else into
-// L2 and, for fp32, each block's rows into L1 as it starts, as Attend does),
-// four rows at a time each loaded vector by vector and fed to four query
-// heads' multiply-adds (16 accumulators, no lane sums). With in_segments
-// (DecodeTrafficInSegments; l1 unused), the rows in four segments side by side
-// instead: each group of four rows takes one row from each segment, and
-// each segment requests its own rows 2 KiB ahead into L1.
+// limits.h), with the kernel's loads and requests (AttentionRequestsOn):
+// rows in blocks of 8 KiB, the next block's rows requested one per row as
+// requests.along says (and each block's rows into L1 as it starts where
+// requests.block_start_l1), four rows at a time each loaded vector by
+// vector and fed to four query heads' multiply-adds (16 accumulators, no
+// lane sums). With in_segments (DecodeTrafficInSegments), the rows in four
+// segments side by side instead: each group of four rows takes one row from
+// each segment, and each segment requests its own rows 2 KiB ahead as
+// requests.segments says.
 template <typename T>
 float DecodeTrafficT(const T* HWY_RESTRICT head, size_t slots, size_t dim,
-                     const float* HWY_RESTRICT q, bool l1, bool in_segments) {
+                     const float* HWY_RESTRICT q, const AttentionRequests& requests,
+                     bool in_segments) {
   namespace kernel = kvspec::HWY_NAMESPACE;
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
@@ -184,7 +192,7 @@ float DecodeTrafficT(const T* HWY_RESTRICT head, size_t slots, size_t dim,
       const T* rows[4];
       for (size_t s = 0; s < 4; ++s) {
         const T* row = head + (s * seg + j) * dim;
-        if (j + ahead < seg) kernel::PrefetchSpan(row + ahead * dim, row_bytes, true);
+        if (j + ahead < seg) kernel::PrefetchSpan(row + ahead * dim, row_bytes, requests.segments);
         rows[s] = row;
       }
       MultiplyRows(d, rows, dim, q, acc);
@@ -193,12 +201,12 @@ float DecodeTrafficT(const T* HWY_RESTRICT head, size_t slots, size_t dim,
     const size_t block = std::max<size_t>(8, 8192 / row_bytes);
     for (size_t t0 = 0; t0 < slots; t0 += block) {
       const size_t t1 = std::min(slots, t0 + block);
-      if (sizeof(T) == 4 && !l1) {
-        kernel::PrefetchSpan(head + t0 * dim, (t1 - t0) * row_bytes, true);
+      if (requests.block_start_l1) {
+        kernel::PrefetchSpan(head + t0 * dim, (t1 - t0) * row_bytes, RowRequest::kL1);
       }
       for (size_t t = t0; t + 4 <= t1; t += 4) {
         for (size_t s = 0; s < 4 && t + s + block < slots; ++s) {
-          kernel::PrefetchSpan(head + (t + s + block) * dim, row_bytes, l1);
+          kernel::PrefetchSpan(head + (t + s + block) * dim, row_bytes, requests.along);
         }
         const T* rows[4] = {head + t * dim, head + (t + 1) * dim, head + (t + 2) * dim,
                             head + (t + 3) * dim};
@@ -214,9 +222,12 @@ float DecodeTrafficT(const T* HWY_RESTRICT head, size_t slots, size_t dim,
 }
 
 float DecodeTrafficImpl(const void* head, bool bf16, size_t slots, size_t dim, const float* q,
-                        bool l1, bool in_segments) {
-  return bf16 ? DecodeTrafficT(static_cast<const uint16_t*>(head), slots, dim, q, l1, in_segments)
-              : DecodeTrafficT(static_cast<const float*>(head), slots, dim, q, l1, in_segments);
+                        bool in_segments) {
+  const AttentionRequests requests = AttentionRequestsOn(bf16);
+  return bf16 ? DecodeTrafficT(static_cast<const uint16_t*>(head), slots, dim, q, requests,
+                               in_segments)
+              : DecodeTrafficT(static_cast<const float*>(head), slots, dim, q, requests,
+                               in_segments);
 }
 
 size_t LanesImpl() { return hn::Lanes(hn::ScalableTag<float>()); }
@@ -247,8 +258,9 @@ double FmaLoopFlops(size_t iterations) {
   return 12.0 * 2.0 * static_cast<double>(HWY_DYNAMIC_DISPATCH(LanesImpl)()) *
          static_cast<double>(iterations);
 }
-uint64_t ReadStreams(const void* data, size_t bytes, size_t streams) {
-  return HWY_DYNAMIC_DISPATCH(ReadStreamsImpl)(static_cast<const uint8_t*>(data), bytes, streams);
+uint64_t ReadStreams(const void* data, size_t bytes, size_t streams, bool non_temporal) {
+  return HWY_DYNAMIC_DISPATCH(ReadStreamsImpl)(static_cast<const uint8_t*>(data), bytes, streams,
+                                               non_temporal);
 }
 size_t ReadStreamsBytes(size_t bytes, size_t streams) {
   return bytes / streams / kRound * kRound * streams;
@@ -260,13 +272,12 @@ void ConvTraffic(const float* w, float* state, const float* x, float* u, size_t 
                  size_t kernel) {
   HWY_DYNAMIC_DISPATCH(ConvTrafficImpl)(w, state, x, u, channels, kernel);
 }
-float DecodeTraffic(const void* head, bool bf16, size_t slots, size_t dim, const float* q,
-                    bool l1) {
-  return HWY_DYNAMIC_DISPATCH(DecodeTrafficImpl)(head, bf16, slots, dim, q, l1, false);
+float DecodeTraffic(const void* head, bool bf16, size_t slots, size_t dim, const float* q) {
+  return HWY_DYNAMIC_DISPATCH(DecodeTrafficImpl)(head, bf16, slots, dim, q, false);
 }
 float DecodeTrafficInSegments(const void* head, bool bf16, size_t slots, size_t dim,
                               const float* q) {
-  return HWY_DYNAMIC_DISPATCH(DecodeTrafficImpl)(head, bf16, slots, dim, q, false, true);
+  return HWY_DYNAMIC_DISPATCH(DecodeTrafficImpl)(head, bf16, slots, dim, q, true);
 }
 const char* LimitsTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 

@@ -82,14 +82,14 @@ std::map<std::string, Record>& DramReadRecords() {
 }
 
 void ReadProbe(benchmark::State& state, int64_t target, const void* data, size_t bytes,
-               int streams) {
+               int streams, bool non_temporal) {
   DispatchCheck scope(target, LimitsTargetName, "ReadStreams");
   if (!scope.Check(state)) return;
   const size_t n = static_cast<size_t>(streams);
   const double read = static_cast<double>(ReadStreamsBytes(bytes, n));
   const double start = ProcessSeconds();
   for (auto _ : state) {
-    uint64_t sum = ReadStreams(data, bytes, n);
+    uint64_t sum = ReadStreams(data, bytes, n, non_temporal);
     benchmark::DoNotOptimize(sum);
   }
   const double seconds = ProcessSeconds() - start;
@@ -97,7 +97,7 @@ void ReadProbe(benchmark::State& state, int64_t target, const void* data, size_t
   state.SetBytesProcessed(static_cast<int64_t>(total));
   if (bytes >= kDramProbeBytes) {
     const std::string key = scope.dispatched() + "/" + std::to_string(streams) + "/" +
-                            std::to_string(bytes);
+                            std::to_string(bytes) + (non_temporal ? "/nt" : "");
     DramReadRecords()[key].AddRate(total, seconds);
   }
 }

@@ -74,12 +74,14 @@ std::map<std::string, Record>& FmaRecords();
 // FmaRecords() under the target it dispatched to.
 void PeakFma(benchmark::State& state, int64_t target);
 
-// BM_ReadProbe/<target>/<streams>/<KiB>: ReadStreams (bench/limits.h) over
-// the first `bytes` of `data` on `target`. Probes over at least
-// kDramProbeBytes are recorded for BestDramRead().
+// BM_ReadProbe/<target>/<streams>/<KiB> and
+// BM_ReadProbeNonTemporal/<target>/<streams>/<KiB> (non_temporal):
+// ReadStreams (bench/limits.h) over the first `bytes` of `data` on
+// `target`. Probes over at least kDramProbeBytes are recorded for
+// BestDramRead().
 constexpr size_t kDramProbeBytes = size_t{256} << 20;
 void ReadProbe(benchmark::State& state, int64_t target, const void* data, size_t bytes,
-               int streams);
+               int streams, bool non_temporal = false);
 // The best median read rate (bytes per second) of the DRAM-sized read
 // probes run so far in this process, 0 before any.
 double BestDramRead();

@@ -78,9 +78,10 @@ def summary(paths):
         elif extra:
             print("%-48s %10.3f ms %10s  %s" % (name, seconds(b) * 1e3, "", extra))
     # The read limit of cold decodes: the best DRAM read probe of the run
-    # (BM_StreamRead, BM_ReadProbe over 1 GiB), or the shape's own walk.
+    # (BM_StreamRead, BM_ReadProbe[NonTemporal] over 1 GiB), or the shape's
+    # own walk.
     probes = [(b["bytes_per_second"], name) for name, b in runs.items()
-              if name == "BM_StreamRead" or re.match(r"BM_ReadProbe/[^/]+/\d+/1048576$", name)]
+              if name == "BM_StreamRead" or re.match(r"BM_ReadProbe(NonTemporal)?/[^/]+/\d+/1048576$", name)]
     if probes:
         rate, name = max(probes)
         print("read limit: best probe %s %.2f GB/s; a cold decode's limit is the larger of it "
@@ -223,7 +224,7 @@ def table_rows(runs, path, rows):
             "" if met is None else ("met" if met else "**not met**")))
 
     probes = [(b["bytes_per_second"], n) for n, b in runs.items()
-              if n == "BM_StreamRead" or re.match(r"BM_ReadProbe/[^/]+/\d+/1048576$", n)]
+              if n == "BM_StreamRead" or re.match(r"BM_ReadProbe(NonTemporal)?/[^/]+/\d+/1048576$", n)]
     best_probe = max(probes) if probes else (0, "")
     if probes:
         row("read limit: best DRAM read probe", "%.2f GB/s" % (best_probe[0] / 1e9),

@@ -131,6 +131,20 @@ class Table(unittest.TestCase):
         self.assertEqual(bound[0][2], "0.90")
         self.assertEqual(bound[0][-1], "")  # a bound, not a goal
 
+    def test_a_faster_non_temporal_probe_is_the_read_limit(self):
+        entries = [median("BM_PeakFma/AVX3", 1.0, flops=1.5e11),
+                   median("BM_ReadProbe/AVX3/8/1048576", 1.0, bytes_per_second=14e9),
+                   median("BM_ReadProbeNonTemporal/AVX3/4/1048576", 1.0,
+                          bytes_per_second=15e9),
+                   median("BM_ReadProbeNonTemporal/AVX3/4/256", 1.0,
+                          bytes_per_second=90e9),  # not a DRAM probe
+                   median("BM_Decode/AVX3/f32/64/16384", 6.0, unit="ms",
+                          bytes_per_second=12e9)]
+        rows = self.table({"attention": entries})
+        row = rows["attention: decode f32 cold, dim 64, 16384 tokens"]
+        self.assertEqual(row[1], "read limit 15.00 GB/s (ReadProbeNonTemporal/AVX3/4/1048576)")
+        self.assertEqual(row[2], "0.80")
+
     def test_decode_at_its_goal_has_no_fma_bound_row(self):
         rows = self.attention(decode_ms=6.0, ggml_ms=30.0, walk_ms=5.0, fma_walk=13e9,
                               decode_rate=12e9)

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/attention.h"  // RowRequest
 #include "kernels/kv_view.h"
 
 #if defined(KVSPEC_KERNELS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -108,8 +109,8 @@ HWY_INLINE void SumsOf4(DF d, VF v0, VF v1, VF v2, VF v3, float* HWY_RESTRICT ou
 }
 
 // Requests the cache lines of [p, p + bytes) (p + bytes need not be
-// valid), with __builtin_prefetch's locality kLocality: 2 into L2 and 3
-// into L1 on x86 (prefetcht1, prefetcht0).
+// valid), with __builtin_prefetch's locality kLocality: 3 into L1, 2 into
+// L2, 0 non-temporal on x86 (prefetcht0, prefetcht1, prefetchnta).
 template <int kLocality>
 HWY_INLINE void PrefetchLines(const void* p, size_t bytes) {
   const char* c = static_cast<const char*>(p);
@@ -122,21 +123,26 @@ HWY_INLINE void PrefetchLines(const void* p, size_t bytes) {
 
 // The rows of the block after the one being computed on, requested a few
 // at a time along its computation so that memory keeps fetching while the
-// block computes (see ForEachBlock): rows[0, n), into L1 (prefetcht0) when
-// l1, else into L2 (prefetcht1).
+// block computes (see ForEachBlock): rows[0, n), requested as `how` says.
 template <typename T>
 struct Ahead {
   const T* const* rows = nullptr;
   size_t n = 0;
-  bool l1 = false;
+  RowRequest how = RowRequest::kL2;
 };
 
-// Requests [p, p + bytes) into L1 (l1) or L2.
-HWY_INLINE void PrefetchSpan(const void* p, size_t bytes, bool l1) {
-  if (l1) {
-    PrefetchLines<3>(p, bytes);
-  } else {
-    PrefetchLines<2>(p, bytes);
+// Requests [p, p + bytes) as `how` says.
+HWY_INLINE void PrefetchSpan(const void* p, size_t bytes, RowRequest how) {
+  switch (how) {
+    case RowRequest::kL1:
+      PrefetchLines<3>(p, bytes);
+      break;
+    case RowRequest::kL2:
+      PrefetchLines<2>(p, bytes);
+      break;
+    case RowRequest::kNonTemporal:
+      PrefetchLines<0>(p, bytes);
+      break;
   }
 }
 
@@ -144,7 +150,7 @@ HWY_INLINE void PrefetchSpan(const void* p, size_t bytes, bool l1) {
 template <typename T>
 HWY_INLINE void PrefetchRows(const Ahead<T>& ahead, size_t from, size_t to, size_t bytes) {
   to = std::min(to, ahead.n);
-  for (size_t k = from; k < to; ++k) PrefetchSpan(ahead.rows[k], bytes, ahead.l1);
+  for (size_t k = from; k < to; ++k) PrefetchSpan(ahead.rows[k], bytes, ahead.how);
 }
 
 // The largest of p[0, n) (n > 0).
@@ -339,17 +345,18 @@ constexpr size_t kSegmentsFrom = 256;
 // bits (a pair's arithmetic does not depend on its block), but with the
 // rows read in four segments side by side: each 4x4 score block takes one
 // row of each segment, and each segment requests its own rows 2 KiB ahead
-// into L1, so that memory serves four sequential streams at once instead
-// of one. A block's 16 scores go, 16 floats side by side, to side
-// ([seg][group / 4][16]); after the pass they are transposed into scores.
-// Stored straight to their slots, 16 scores of a block in 16 places, they
-// cost the four streams their gain (bench/alternate/walk-modes.patch,
-// modes 6 and 15).
+// as `how` says (AttentionRequests::segments), so that memory serves four
+// sequential streams at once instead of one. A block's 16 scores go, 16
+// floats side by side, to side ([seg][group / 4][16]); after the pass they
+// are transposed into scores. Stored straight to their slots, 16 scores of
+// a block in 16 places, they cost the four streams their gain
+// (bench/alternate/walk-modes.patch, modes 6 and 15); transposed every 16
+// rows along the pass (stop 43, 9 rounds), 1.04-1.09 of the time cold.
 template <typename T>
 HWY_INLINE void ScoresInSegments(const float* HWY_RESTRICT q, int group, int dim,
                                  const T* const* keys, size_t n, float scale,
                                  float* HWY_RESTRICT scores, size_t stride,
-                                 float* HWY_RESTRICT side) {
+                                 float* HWY_RESTRICT side, RowRequest how) {
   const DF d;
   const size_t row_bytes = static_cast<size_t>(dim) * sizeof(T);
   // Segments of a multiple of 16 rows, whose scores are not a multiple of
@@ -360,11 +367,11 @@ HWY_INLINE void ScoresInSegments(const float* HWY_RESTRICT q, int group, int dim
   const size_t ahead = std::max<size_t>(1, 2048 / row_bytes);
   const T* const* k[4] = {keys, keys + seg, keys + 2 * seg, keys + 3 * seg};
   for (size_t j = 0; j < std::min(ahead, seg); ++j) {
-    for (int s = 0; s < 4; ++s) PrefetchSpan(k[s][j], row_bytes, /*l1=*/true);
+    for (int s = 0; s < 4; ++s) PrefetchSpan(k[s][j], row_bytes, how);
   }
   for (size_t j = 0; j < seg; ++j) {
     if (j + ahead < seg) {
-      for (int s = 0; s < 4; ++s) PrefetchSpan(k[s][j + ahead], row_bytes, /*l1=*/true);
+      for (int s = 0; s < 4; ++s) PrefetchSpan(k[s][j + ahead], row_bytes, how);
     }
     const T* rows[4] = {k[0][j], k[1][j], k[2][j], k[3][j]};
     for (size_t b = 0; b < blocks; ++b) {
@@ -418,7 +425,7 @@ HWY_INLINE void ValueBlock(const float* HWY_RESTRICT w, size_t stride, const T* 
     }
     for (size_t j = 0; j < n; ++j) {
       // The same lanes of another row, wanted soon (see Scores).
-      if (j < ahead.n) PrefetchSpan(ahead.rows[j] + i, kV * N * sizeof(T), ahead.l1);
+      if (j < ahead.n) PrefetchSpan(ahead.rows[j] + i, kV * N * sizeof(T), ahead.how);
       VF v[kV];
       HWY_UNROLL(8)
       for (int c = 0; c < kV; ++c) v[c] = LoadLanes(d, values[j] + i + c * N);
@@ -444,7 +451,7 @@ HWY_INLINE void ValueBlock(const float* HWY_RESTRICT w, size_t stride, const T* 
       a[g][1] = hn::LoadU(d, acc + g * dim + i + N);
     }
     for (size_t j = 0; j < n; ++j) {
-      if (j < ahead.n) PrefetchSpan(ahead.rows[j] + i, 2 * N * sizeof(T), ahead.l1);
+      if (j < ahead.n) PrefetchSpan(ahead.rows[j] + i, 2 * N * sizeof(T), ahead.how);
       const VF v0 = LoadLanes(d, values[j] + i);
       const VF v1 = LoadLanes(d, values[j] + i + N);
       HWY_UNROLL(4)

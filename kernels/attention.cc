@@ -28,11 +28,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>  // __get_cpuid: the CPU family, for AttentionPrefetchesIntoL1
+#include <cpuid.h>  // __get_cpuid: the CPU family, for AttentionRequestsOn
 #endif
 
 #undef HWY_TARGET_INCLUDE
@@ -60,7 +59,7 @@ struct AttendPlan {
   size_t per_query = 0;    // a query's scores: [group][padded]
   int32_t block = 0;       // slots per block
   int32_t tile = 0;        // queries per tile
-  bool l1 = false;         // the next block requested into L1 (AttentionPrefetchesIntoL1)
+  AttentionRequests requests;  // how rows are requested ahead (AttentionRequestsOn)
 };
 
 template <typename T>
@@ -90,7 +89,7 @@ HWY_INLINE AttendPlan MakePlan(int q_heads, const KvView& kv, const Mask& mask) 
   // 16% faster than untiled, 64 queries: 12%; 16-query tiles lost at 128).
   // A query's arithmetic does not depend on its tile.
   p.tile = std::min<int32_t>(p.queries, 32);
-  p.l1 = AttentionPrefetchesIntoL1(sizeof(T) == 2);
+  p.requests = AttentionRequestsOn(sizeof(T) == 2);
   return p;
 }
 
@@ -255,10 +254,12 @@ HWY_INLINE size_t AdmittedRows(const Block<T>& b, int32_t lo, int32_t hi,
 // less time here than with the next block's prefetches issued at once
 // before its computation).
 //
-// Where to (AttentionPrefetchesIntoL1): on Intel cores, and for bf16 on AMD
+// Where to (AttentionRequestsOn): on Intel cores, and for bf16 on AMD
 // Zen 5 and later, into L1 (prefetcht0), as the decode's walk
-// (BM_DecodeWalk) does; elsewhere into L2 (prefetcht1), and with fp32 storage
-// each block's rows requested again into L1 as its computation starts.
+// (BM_DecodeWalk) does; for fp32 on AMD Zen 5 and later non-temporally
+// (prefetchnta), elsewhere into L2 (prefetcht1), and in both of those with
+// fp32 storage each block's rows requested again into L1 as its
+// computation starts.
 // Measured with bench/alternate/run bench/alternate/prefetch-l1.patch (on:
 // into L1; off: into L2 and the fp32 request at the start) on an Ice Lake-SP
 // core (AVX3), five runs of 11-21 rounds in one process, the medians of the
@@ -279,7 +280,16 @@ HWY_INLINE size_t AdmittedRows(const Block<T>& b, int32_t lo, int32_t hi,
 // of L2 (bench/alternate/l1-along-bf16.patch, 21 rounds) took 0.87 of the
 // time at dim 64, 0.96 at 128 and 0.93 at 256 cold, 0.97-0.99 in L2, while
 // fp32 into L1 (prefetch-l1.patch, 15 rounds) took 1.07-1.10 cold: bf16 goes
-// into L1 there. Zen 4 keeps L2 for both (its bf16 was not measured).
+// into L1 there. Zen 4 keeps L2 for both (its bf16 was not measured). On a
+// Zen 5 (stop 43), fp32 requests non-temporal instead of into L2, with the
+// keys in segments non-temporal too (ScorePass), took 0.953 of the time cold
+// at dim 64, 0.973 at 128, 0.952 at 256, 0.98-1.02 in L2, window 0.994
+// (bench/alternate/non-temporal.patch, 15 rounds); presumably because a
+// head's keys and values (4 MiB each at dim 64 over 16384 tokens) no longer
+// pass through L2 and push out the scores and the transpose's buffer there
+// (not measured: these VMs have no cache counters). bf16's requests into L1
+// made non-temporal instead gained nothing (7 rounds: 0.99-1.00 cold, and
+// 1.29 in L2 at dim 256).
 template <typename T, class Sink>
 HWY_INLINE void ForEachBlock(const AttendPlan& p, const QueryTile& tile, const T* head,
                              AttendScratch<T>& scratch, Sink& sink, int32_t begin,
@@ -294,9 +304,9 @@ HWY_INLINE void ForEachBlock(const AttendPlan& p, const QueryTile& tile, const T
   for (int32_t t0 = begin; t0 < slots; t0 += block) {
     next.n = 0;
     if (t0 + block < slots) GatherBlock(p, tile, head, t0 + block, end, &next);
-    Ahead<T> ahead{next.rows, next.n, p.l1};  // for the block's first call only
-    if (std::is_same_v<T, float> && !p.l1) {
-      for (size_t k = 0; k < cur.n; ++k) PrefetchSpan(cur.rows[k], row_bytes, /*l1=*/true);
+    Ahead<T> ahead{next.rows, next.n, p.requests.along};  // for the block's first call only
+    if (p.requests.block_start_l1) {
+      for (size_t k = 0; k < cur.n; ++k) PrefetchSpan(cur.rows[k], row_bytes, RowRequest::kL1);
     }
     for (int32_t qi = tile.q0; qi < tile.q1 && cur.n > 0; ++qi) {
       const int32_t lo = tile.lo[qi];
@@ -363,9 +373,9 @@ struct ScoreSink {
 #if KVSPEC_SUMS_OF_16
   // The scores of the tile's only query over all n of its admitted rows of
   // the head (keys, in logical order) at once, in segments.
-  void AddSegments(const T* const* keys, size_t n, float* side) {
+  void AddSegments(const T* const* keys, size_t n, float* side, RowRequest how) {
     const float* qh = q + ((r * queries + q0) * q_heads + kh * group) * dim;
-    ScoresInSegments(qh, group, dim, keys, n, scale, scores, padded, side);
+    ScoresInSegments(qh, group, dim, keys, n, scale, scores, padded, side, how);
     count[0] = n;
   }
 #endif
@@ -393,7 +403,7 @@ HWY_INLINE void ScorePass(const AttendPlan& p, const QueryTile& tile, const T* k
     Block<T> all{scratch.all_pos.data(), scratch.all_rows.data(), 0, 0, 0};
     GatherBlock(whole, tile, k_head, begin, end, &all);
     if (all.n >= kSegmentsFrom) {
-      sink.AddSegments(all.rows, all.n, scratch.side.data());
+      sink.AddSegments(all.rows, all.n, scratch.side.data(), p.requests.segments);
     } else if (all.n > 0) {
       sink.Add(tile.q0, all.rows, all.n, Ahead<T>());
     }
@@ -817,9 +827,9 @@ HWY_EXPORT(AttendImpl);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(SegmentsKeys);
 
-bool AttentionPrefetchesIntoL1(bool bf16) {
-#if HWY_ARCH_X86 && (defined(__GNUC__) || defined(__clang__))
+AttentionRequests AttentionRequestsOn(bool bf16) {
   // 0: elsewhere, 1: Intel, 2: AMD family 0x1A (Zen 5) or later.
+#if HWY_ARCH_X86 && (defined(__GNUC__) || defined(__clang__))
   static const int cpu = [] {
     __builtin_cpu_init();
     if (__builtin_cpu_is("intel")) return 1;
@@ -829,11 +839,18 @@ bool AttentionPrefetchesIntoL1(bool bf16) {
     const unsigned family = base == 0xF ? base + ((eax >> 20) & 0xFF) : base;
     return family >= 0x1A ? 2 : 0;
   }();
-  return cpu == 1 || (cpu == 2 && bf16);
 #else
-  (void)bf16;
-  return false;
+  const int cpu = 0;
 #endif
+  AttentionRequests r;
+  if (cpu == 1 || (cpu == 2 && bf16)) {
+    r.along = RowRequest::kL1;
+  } else {
+    r.along = cpu == 2 ? RowRequest::kNonTemporal : RowRequest::kL2;
+    r.block_start_l1 = !bf16;
+  }
+  r.segments = cpu == 2 ? RowRequest::kNonTemporal : RowRequest::kL1;
+  return r;
 }
 
 // Precondition, enforced in every build: q_heads >= 1, kv_heads >= 1 and

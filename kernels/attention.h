@@ -66,11 +66,30 @@ void AttendReference(const float* q, int q_heads, const KvView& kv,
 
 // The Highway target Attend dispatches to now, e.g. "AVX3".
 const char* AttentionTargetName();
-// Whether Attend requests the next block of keys or values into L1 (true)
-// or into L2 on this CPU, for bf16 (bf16) or fp32 storage: on Intel cores
-// and, for bf16, on AMD Zen 5 and later (see ForEachBlock in attention.cc).
+// Where a request for rows Attend is about to read brings them (x86 prefetch
+// hints; other architectures get __builtin_prefetch's equivalents).
+enum class RowRequest : uint8_t {
+  kL1,           // prefetcht0
+  kL2,           // prefetcht1
+  kNonTemporal,  // prefetchnta: read once, kept out of the outer caches
+};
+// The requests Attend makes on this CPU for bf16 (bf16) or fp32 storage
+// (see ForEachBlock and ScorePass in attention.cc):
+// - along: the next block's rows, along a block's computation. Into L1 on
+//   Intel cores and, for bf16, on AMD Zen 5 and later; non-temporal for
+//   fp32 on AMD Zen 5 and later; into L2 elsewhere.
+// - block_start_l1: each block's rows requested again into L1 as its
+//   computation starts (fp32 where along is not kL1).
+// - segments: a lone query's keys read in four segments (ScoresInSegments
+//   in attention-inl.h), 2 KiB ahead: non-temporal on AMD Zen 5 and later,
+//   else into L1.
 // The benchmarks that mirror the kernel's reads ask it.
-bool AttentionPrefetchesIntoL1(bool bf16);
+struct AttentionRequests {
+  RowRequest along = RowRequest::kL2;
+  bool block_start_l1 = false;
+  RowRequest segments = RowRequest::kL1;
+};
+AttentionRequests AttentionRequestsOn(bool bf16);
 // Whether the target Attend dispatches to now reads a lone query's keys in
 // four segments side by side (groups of a multiple of 4 query heads, at
 // least 256 admitted slots; see ScoresInSegments in attention-inl.h): on
