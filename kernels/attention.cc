@@ -168,6 +168,28 @@ struct Block {
   int32_t min, max;
 };
 
+// out[i] = first + i * dim for i < n (n a multiple of the vector length of
+// 32-bit lanes): with 64-bit pointers, whole vectors of addresses at a time
+// (bench/alternate/gather-rows.patch, 11 rounds, Zen 5: cold decode 0.97 of
+// the time at dim 64, 0.99 at 128, 1.00 at 256, 0.98-0.99 in L2).
+template <typename T>
+HWY_INLINE void StoreRows(const T* first, size_t dim, size_t n, const T** HWY_RESTRICT out) {
+  if constexpr (sizeof(const T*) == sizeof(uint64_t)) {
+    const hn::ScalableTag<uint64_t> du;
+    const size_t M = hn::Lanes(du);
+    const uint64_t row_bytes = static_cast<uint64_t>(dim) * sizeof(T);
+    auto address = hn::Add(hn::Set(du, reinterpret_cast<uint64_t>(first)),
+                           hn::Mul(hn::Iota(du, 0), hn::Set(du, row_bytes)));
+    const auto step = hn::Set(du, row_bytes * M);
+    for (size_t i = 0; i < n; i += M) {
+      hn::StoreU(address, du, reinterpret_cast<uint64_t*>(out + i));
+      address = hn::Add(address, step);
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = first + i * dim;
+  }
+}
+
 // Fills *b with the candidate slots among the logical slots [t0, min(t0 +
 // block, end)) of one head (head: the row of its slot 0), in logical order.
 // The slots go in at most two runs of consecutive physical slots (a ring
@@ -218,8 +240,8 @@ HWY_INLINE void GatherBlock(const AttendPlan& p, const QueryTile& tile, const T*
         hn::StoreU(v, di, bpos + n);
         vmin = hn::Min(vmin, v);
         vmax = hn::Max(vmax, v);
-        const T* row = head + static_cast<size_t>(s) * dim;
-        for (int32_t i = 0; i < N; ++i, row += dim) brows[n++] = row;
+        StoreRows(head + static_cast<size_t>(s) * dim, dim, static_cast<size_t>(N), brows + n);
+        n += static_cast<size_t>(N);
         continue;
       }
       for (int32_t i = s; i < s + N; ++i) one(i);
