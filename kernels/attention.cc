@@ -395,9 +395,10 @@ struct ScoreSink {
 #if KVSPEC_SUMS_OF_16
   // The scores of the tile's only query over all n of its admitted rows of
   // the head (keys, in logical order) at once, in segments.
-  void AddSegments(const T* const* keys, size_t n, float* side, RowRequest how) {
+  // The heads' largest scores go to maxima [group].
+  void AddSegments(const T* const* keys, size_t n, float* side, RowRequest how, float* maxima) {
     const float* qh = q + ((r * queries + q0) * q_heads + kh * group) * dim;
-    ScoresInSegments(qh, group, dim, keys, n, scale, scores, padded, side, how);
+    ScoresInSegments(qh, group, dim, keys, n, scale, scores, padded, side, how, maxima);
     count[0] = n;
   }
 #endif
@@ -407,8 +408,11 @@ struct ScoreSink {
 // query's admitted rows gathered whole and scored in segments
 // (ScoresInSegments) where there are enough of them and the target has
 // SumsOf16, else block by block (ForEachBlock). The same bits either way.
+// Returns whether the heads' largest scores are known too, in
+// scratch.along[0, group) (ScoresInSegments takes them along its transpose,
+// for StartSoftmaxAlong).
 template <typename T>
-HWY_INLINE void ScorePass(const AttendPlan& p, const QueryTile& tile, const T* k_head,
+HWY_INLINE bool ScorePass(const AttendPlan& p, const QueryTile& tile, const T* k_head,
                           AttendScratch<T>& scratch, ScoreSink<T>& sink, int32_t begin,
                           int32_t end) {
 #if KVSPEC_SUMS_OF_16
@@ -425,14 +429,20 @@ HWY_INLINE void ScorePass(const AttendPlan& p, const QueryTile& tile, const T* k
     Block<T> all{scratch.all_pos.data(), scratch.all_rows.data(), 0, 0, 0};
     GatherBlock(whole, tile, k_head, begin, end, &all);
     if (all.n >= kSegmentsFrom) {
-      sink.AddSegments(all.rows, all.n, scratch.side.data(), p.requests.segments);
+      const size_t group = static_cast<size_t>(p.group);
+      const size_t N = hn::Lanes(DF());
+      if (scratch.along.size() < group * (N + 1)) scratch.along.resize(group * (N + 1));
+      sink.AddSegments(all.rows, all.n, scratch.side.data(), p.requests.segments,
+                       scratch.along.data());
+      return true;
     } else if (all.n > 0) {
       sink.Add(tile.q0, all.rows, all.n, Ahead<T>());
     }
-    return;
+    return false;
   }
 #endif
   ForEachBlock(p, tile, k_head, scratch, sink, begin, end);
+  return false;
 }
 
 // A lone query's softmax numerators computed along its value pass instead
@@ -494,14 +504,15 @@ struct SoftmaxAlong {
 };
 
 // The SoftmaxAlong of a lone query with total > 0 admitted slots whose
-// scores are in scratch.scores: the maxima now, the rest along the values.
+// scores are in scratch.scores: the maxima now (unless have_max: ScorePass
+// left them in scratch.along), the rest along the values.
 template <typename T>
 HWY_INLINE SoftmaxAlong StartSoftmaxAlong(const AttendPlan& p, size_t total,
-                                          AttendScratch<T>& scratch) {
+                                          AttendScratch<T>& scratch, bool have_max) {
   const size_t N = hn::Lanes(DF());
   const size_t group = static_cast<size_t>(p.group);
   if (scratch.along.size() < group * (N + 1)) scratch.along.resize(group * (N + 1));
-  for (size_t g = 0; g < group; ++g) {
+  for (size_t g = 0; g < group && !have_max; ++g) {
     scratch.along[g] = MaxOf(&scratch.scores[g * p.padded], total);
   }
   std::fill(scratch.along.begin() + group, scratch.along.begin() + group * (N + 1), 0.0f);
@@ -606,12 +617,12 @@ HWY_INLINE void AttendHead(const AttendPlan& p, const QueryTile& tile, int kh,
   const int32_t nq = tile.q1 - tile.q0;
   std::fill(scratch.count.begin(), scratch.count.end(), 0);
   ScoreSink<T> score_sink(p, tile, kh, q, scratch);
-  ScorePass(p, tile, k_head, scratch, score_sink, 0, p.slots);
+  const bool have_max = ScorePass(p, tile, k_head, scratch, score_sink, 0, p.slots);
   const size_t total = scratch.count[0];
   const bool along = nq == 1 && total > 0;  // a lone query: SoftmaxAlong
   SoftmaxAlong softmax;
   if (along) {
-    softmax = StartSoftmaxAlong(p, total, scratch);
+    softmax = StartSoftmaxAlong(p, total, scratch, have_max);
   } else {
     SoftmaxTile(p, nq, scratch.scores.data(), scratch.count.data(), scratch.sums.data());
   }
@@ -667,9 +678,9 @@ HWY_INLINE void AttendChunk(const AttendPlan& p, const QueryTile& tile, int kh,
   const size_t dim = static_cast<size_t>(p.dim);
   std::fill(scratch.count.begin(), scratch.count.end(), 0);
   ScoreSink<T> score_sink(p, tile, kh, q, scratch);
-  ScorePass(p, tile, k_head, scratch, score_sink, begin, end);
+  const bool have_max = ScorePass(p, tile, k_head, scratch, score_sink, begin, end);
   const size_t n = scratch.count[0];  // >= 1: a chunk begins at an admitted slot
-  SoftmaxAlong softmax = StartSoftmaxAlong(p, n, scratch);
+  SoftmaxAlong softmax = StartSoftmaxAlong(p, n, scratch, have_max);
   std::copy_n(softmax.max, group, partial);
   std::fill(scratch.acc.begin(), scratch.acc.begin() + group * dim, 0.0f);
   std::fill(scratch.count.begin(), scratch.count.end(), 0);
