@@ -354,7 +354,8 @@ constexpr size_t kSegmentsFrom = 256;
 // rows along the pass (stop 43, 9 rounds), 1.04-1.09 of the time cold.
 // maxima [group]: each head's largest score over the n rows, taken along
 // the transpose: MaxOf's value over them (the largest of the same floats
-// in another order; with a NaN score, every output of its head is NaN
+// in another order, so at most the sign of a zero differs, which no
+// exp(score - max) sees; with a NaN score every output of its head is NaN
 // either way), without MaxOf's pass over the scores
 // (bench/alternate/fold-max.patch, 11 rounds, Zen 5: 0.98-0.99 of the time
 // cold).

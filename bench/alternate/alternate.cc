@@ -6,7 +6,8 @@
 // over the rounds of the on/off ratio of the round.
 //
 // Shape: 8 KV heads x 4 query heads, one decode query, positions 0..n-1.
-// Cold: a 16384-token cache, copies rotated through at least 600 MiB, 10
+// Cold: a 16384-token cache (ALT_TOKENS in the environment: another
+// length, 256 to 1048576), copies rotated through at least 600 MiB, 10
 // calls per setting and round. Hot: a 128-token cache (in L2 up to 1 MiB
 // of keys and values), 400 calls, scaled x128 to 16384 tokens. Last, fp32
 // window attention at dim 128 (the shape of BM_Window's L = 64): 64 causal
@@ -113,9 +114,9 @@ std::string Range(std::vector<double> v) {
 }
 
 template <typename T>
-void Run(int dim, int rounds) {
-  const size_t cold_bytes = size_t{2} * 8 * 16384 * dim * sizeof(T);
-  Cache<T> cold(dim, 16384, static_cast<int>(std::max<size_t>(4, (size_t{600} << 20) / cold_bytes)));
+void Run(int dim, int rounds, int tokens) {
+  const size_t cold_bytes = size_t{2} * 8 * static_cast<size_t>(tokens) * dim * sizeof(T);
+  Cache<T> cold(dim, tokens, static_cast<int>(std::max<size_t>(4, (size_t{600} << 20) / cold_bytes)));
   Cache<T> hot(dim, 128, 1);
   std::vector<float> q(32 * static_cast<size_t>(dim), 0.01f), out(q.size());
   std::vector<double> tc[2], th[2], rc, rh;
@@ -129,9 +130,9 @@ void Run(int dim, int rounds) {
     rh.push_back(th[1].back() / th[0].back());
   }
   std::printf(
-      "%-4s dim %3d | cold 16384: off %7.3f ms, on %7.3f ms, on/off %s | in L2 (x128): off %7.3f "
+      "%-4s dim %3d | cold %d: off %7.3f ms, on %7.3f ms, on/off %s | in L2 (x128): off %7.3f "
       "ms, on %7.3f ms, on/off %s\n",
-      sizeof(T) == 2 ? "bf16" : "f32", dim, Median(tc[0]), Median(tc[1]), Range(rc).c_str(),
+      sizeof(T) == 2 ? "bf16" : "f32", dim, tokens, Median(tc[0]), Median(tc[1]), Range(rc).c_str(),
       Median(th[0]), Median(th[1]), Range(rh).c_str());
   std::fflush(stdout);
 }
@@ -164,9 +165,15 @@ int main(int argc, char** argv) {
   }
   std::printf("%d rounds; medians over the rounds, on/off: median [min..max] of the rounds' ratios\n",
               rounds);
+  const char* env = std::getenv("ALT_TOKENS");
+  const long tokens = env != nullptr ? std::strtol(env, nullptr, 10) : 16384;
+  if (tokens < 256 || tokens > 1048576) {
+    std::fprintf(stderr, "alternate: ALT_TOKENS must be 256..1048576, not %s\n", env);
+    return 2;
+  }
   for (int dim : {64, 128, 256}) {
-    Run<float>(dim, rounds);
-    Run<uint16_t>(dim, rounds);
+    Run<float>(dim, rounds, static_cast<int>(tokens));
+    Run<uint16_t>(dim, rounds, static_cast<int>(tokens));
   }
   RunWindow(rounds);
 }
