@@ -171,8 +171,8 @@ HWY_INLINE void MultiplyRows(D d, const T* const* rows, size_t dim, const float*
 // vector and fed to four query heads' multiply-adds (16 accumulators, no
 // lane sums). With in_segments (DecodeTrafficInSegments), the rows in four
 // segments side by side instead: each group of four rows takes one row from
-// each segment, and each segment requests its own rows 2 KiB ahead as
-// requests.segments says.
+// each segment, and each segment requests its own rows as far ahead as
+// Attend's keys in segments (SegmentsAheadBytes) as requests.segments says.
 template <typename T>
 float DecodeTrafficT(const T* HWY_RESTRICT head, size_t slots, size_t dim,
                      const float* HWY_RESTRICT q, const AttentionRequests& requests,
@@ -187,7 +187,8 @@ float DecodeTrafficT(const T* HWY_RESTRICT head, size_t slots, size_t dim,
   }
   if (in_segments) {
     const size_t seg = slots / 4;
-    const size_t ahead = std::max<size_t>(1, 2048 / row_bytes);
+    const size_t ahead = std::max<size_t>(
+        1, kernel::SegmentsAheadBytes(requests.segments, sizeof(T), row_bytes) / row_bytes);
     for (size_t j = 0; j < seg; ++j) {
       const T* rows[4];
       for (size_t s = 0; s < 4; ++s) {
