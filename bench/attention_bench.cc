@@ -605,7 +605,9 @@ void BM_DecodeFmaWalk(benchmark::State& state, const Shape& shape) {
   const size_t slots = ColdSlots(shape) / 4 * 4;
   const size_t dim = static_cast<size_t>(shape.dim);
   const bool bf16 = shape.dtype != DType::kF32;
-  const bool segments = AttentionScoresInSegments();
+  const bool segments =
+      AttentionScoresInSegments() &&
+      dim * DTypeBytes(shape.dtype) < AttentionRequestsOn(bf16).segments_below;
   const std::vector<float> q(static_cast<size_t>(kGroup) * shape.dim, 0.01f);
   float sum = 0;
   WalkEveryHead(state, shape, [&](const char* head, bool keys) {

@@ -406,8 +406,13 @@ struct ScoreSink {
 
 // The scores of one KV head over the logical slots [begin, end): a lone
 // query's admitted rows gathered whole and scored in segments
-// (ScoresInSegments) where there are enough of them and the target has
-// SumsOf16, else block by block (ForEachBlock). The same bits either way.
+// (ScoresInSegments) where there are enough of them, they are shorter than
+// AttentionRequests::segments_below and the target has SumsOf16, else
+// block by block (ForEachBlock). The same bits either way. On a Zen 5 (stop
+// 43, bench/alternate/segments-below.patch), fp32 rows of dim 256 block by
+// block took 0.944 of the time cold over 16384 tokens (15 rounds) and
+// 0.922 over 32768 (9 rounds); rows of 256 and 512 bytes took 1.006-1.093
+// of the time so (SEG_MAX_ROW=256 with no-segments.patch, 9 rounds).
 // Returns whether the heads' largest scores are known too, in
 // scratch.along[0, group) (ScoresInSegments takes them along its transpose,
 // for StartSoftmaxAlong).
@@ -417,7 +422,8 @@ HWY_INLINE bool ScorePass(const AttendPlan& p, const QueryTile& tile, const T* k
                           int32_t end) {
 #if KVSPEC_SUMS_OF_16
   if (tile.q1 - tile.q0 == 1 && p.group % 4 == 0 &&
-      static_cast<size_t>(end - begin) >= kSegmentsFrom) {
+      static_cast<size_t>(end - begin) >= kSegmentsFrom &&
+      static_cast<size_t>(p.dim) * sizeof(T) < p.requests.segments_below) {
     const size_t most = static_cast<size_t>(end - begin);
     if (scratch.all_pos.size() < most) {
       scratch.all_pos.resize(most);
@@ -883,6 +889,7 @@ AttentionRequests AttentionRequestsOn(bool bf16) {
     r.block_start_l1 = !bf16;
   }
   r.segments = cpu == 2 ? RowRequest::kNonTemporal : RowRequest::kL1;
+  if (cpu == 2) r.segments_below = 1024;
   return r;
 }
 

@@ -21,6 +21,7 @@
 // |Attend - AttendReference| <= kAttentionTolerance * (1 + |reference|).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/kv_view.h"
@@ -83,17 +84,23 @@ enum class RowRequest : uint8_t {
 // - segments: a lone query's keys read in four segments (ScoresInSegments
 //   in attention-inl.h), 2 KiB ahead: non-temporal on AMD Zen 5 and later,
 //   else into L1.
+// - segments_below: keys go in segments only in rows shorter than this
+//   many bytes: 1024 on AMD Zen 5 and later (fp32 rows of dim 256 and more
+//   are read block by block there), else no limit.
 // The benchmarks that mirror the kernel's reads ask it.
 struct AttentionRequests {
   RowRequest along = RowRequest::kL2;
   bool block_start_l1 = false;
   RowRequest segments = RowRequest::kL1;
+  size_t segments_below = SIZE_MAX;
 };
 AttentionRequests AttentionRequestsOn(bool bf16);
 // Whether the target Attend dispatches to now reads a lone query's keys in
 // four segments side by side (groups of a multiple of 4 query heads, at
-// least 256 admitted slots; see ScoresInSegments in attention-inl.h): on
-// 512-bit x86 targets. The benchmarks that mirror the kernel's reads ask it.
+// least 256 admitted slots, rows shorter than
+// AttentionRequests::segments_below; see ScoresInSegments in
+// attention-inl.h): on 512-bit x86 targets. The benchmarks that mirror the
+// kernel's reads ask it.
 bool AttentionScoresInSegments();
 
 }  // namespace kvspec
