@@ -709,30 +709,26 @@ void RegisterAll() {
         ->Unit(benchmark::kMillisecond);
   }
   // The read probes: 1, 2, 4 and 8 streams over 1 GiB (DRAM), 4 streams
-  // over 32 KiB (L1) and 256 KiB (L2), every target.
-  for (const int64_t target : targets) {
-    for (const int streams : {1, 2, 4, 8, -32, -256}) {
-      const size_t bytes = streams > 0 ? kColdBytes : size_t{1024} * static_cast<size_t>(-streams);
-      const int n = streams > 0 ? streams : 4;
-      const std::string name = std::string("BM_ReadProbe/") + hwy::TargetName(target) + "/" +
-                               std::to_string(n) + "/" + std::to_string(bytes / 1024);
-      benchmark::RegisterBenchmark(name.c_str(), [target, bytes, n](benchmark::State& state) {
-        const AlignedVector<uint64_t>& buffer = StreamBuffer();
-        bench::ReadProbe(state, target, buffer.data(), bytes, n);
-      })->Unit(bytes >= bench::kDramProbeBytes ? benchmark::kMillisecond : benchmark::kNanosecond);
-    }
-  }
-  // The same DRAM probes with the lines requested non-temporally, as Attend
-  // requests some of its rows on some CPUs (AttentionRequestsOn).
-  for (const int64_t target : targets) {
-    for (const int n : {1, 2, 4, 8}) {
-      const std::string name = std::string("BM_ReadProbeNonTemporal/") +
-                               hwy::TargetName(target) + "/" + std::to_string(n) + "/" +
-                               std::to_string(kColdBytes / 1024);
-      benchmark::RegisterBenchmark(name.c_str(), [target, n](benchmark::State& state) {
-        const AlignedVector<uint64_t>& buffer = StreamBuffer();
-        bench::ReadProbe(state, target, buffer.data(), kColdBytes, n, /*non_temporal=*/true);
-      })->Unit(benchmark::kMillisecond);
+  // over 32 KiB (L1) and 256 KiB (L2), every target; then the DRAM probes
+  // with the lines requested non-temporally, as Attend requests some of its
+  // rows on some CPUs (AttentionRequestsOn).
+  for (const bool non_temporal : {false, true}) {
+    for (const int64_t target : targets) {
+      for (const int streams : {1, 2, 4, 8, -32, -256}) {
+        if (non_temporal && streams < 0) continue;
+        const size_t bytes =
+            streams > 0 ? kColdBytes : size_t{1024} * static_cast<size_t>(-streams);
+        const int n = streams > 0 ? streams : 4;
+        const std::string name = std::string(non_temporal ? "BM_ReadProbeNonTemporal/"
+                                                           : "BM_ReadProbe/") +
+                                 hwy::TargetName(target) + "/" + std::to_string(n) + "/" +
+                                 std::to_string(bytes / 1024);
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
+          const AlignedVector<uint64_t>& buffer = StreamBuffer();
+          bench::ReadProbe(state, target, buffer.data(), bytes, n, non_temporal);
+        })->Unit(bytes >= bench::kDramProbeBytes ? benchmark::kMillisecond
+                                                 : benchmark::kNanosecond);
+      }
     }
   }
 

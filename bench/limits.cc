@@ -188,7 +188,7 @@ float DecodeTrafficT(const T* HWY_RESTRICT head, size_t slots, size_t dim,
   if (in_segments) {
     const size_t seg = slots / 4;
     const size_t ahead = std::max<size_t>(
-        1, kernel::SegmentsAheadBytes(requests.segments, sizeof(T), row_bytes) / row_bytes);
+        1, kernel::SegmentsAheadBytes(requests, row_bytes) / row_bytes);
     for (size_t j = 0; j < seg; ++j) {
       const T* rows[4];
       for (size_t s = 0; s < 4; ++s) {

@@ -153,15 +153,15 @@ HWY_INLINE void PrefetchRows(const Ahead<T>& ahead, size_t from, size_t to, size
   for (size_t k = from; k < to; ++k) PrefetchSpan(ahead.rows[k], bytes, ahead.how);
 }
 
-// How far ahead each segment of ScoresInSegments requests its rows, in
-// bytes: 2 KiB; 4 KiB for bf16 rows of at most 256 bytes (dims up to 128)
-// requested non-temporally (AMD Zen 5 and later: AttentionRequestsOn).
-// Measured on a Zen 5 (stop 43, bench/alternate/bf16-ahead.patch): 4 KiB
-// took 0.979 and 0.977 of the time at bf16 dims 64 and 128 over 16384
-// tokens (15 rounds), 0.984 and 0.962 over 32768 (9 rounds); 1, 4 or 8 KiB
-// for every row (segments-ahead.patch) lost at fp32 dims 128 and 256.
-HWY_INLINE size_t SegmentsAheadBytes(RowRequest how, size_t value_bytes, size_t row_bytes) {
-  return how == RowRequest::kNonTemporal && value_bytes == 2 && row_bytes <= 256 ? 4096 : 2048;
+// How far ahead each segment of ScoresInSegments requests its rows of
+// row_bytes, in bytes (AttentionRequests::segments_ahead, and
+// segments_ahead_short for rows of at most 256 bytes). On a Zen 5 (stop 43,
+// bench/alternate/bf16-ahead.patch) 4 KiB instead of 2 took 0.979 and
+// 0.977 of the time at bf16 dims 64 and 128 over 16384 tokens (15 rounds),
+// 0.984 and 0.962 over 32768 (9 rounds); 1, 4 or 8 KiB for every row
+// (segments-ahead.patch) lost at fp32 dims 128 and 256.
+HWY_INLINE size_t SegmentsAheadBytes(const AttentionRequests& requests, size_t row_bytes) {
+  return row_bytes <= 256 ? requests.segments_ahead_short : requests.segments_ahead;
 }
 
 // The largest of p[0, n) (n > 0).
@@ -356,9 +356,9 @@ constexpr size_t kSegmentsFrom = 256;
 // bits (a pair's arithmetic does not depend on its block), but with the
 // rows read in four segments side by side: each 4x4 score block takes one
 // row of each segment, and each segment requests its own rows
-// SegmentsAheadBytes ahead as `how` says (AttentionRequests::segments), so
-// that memory serves four
-// sequential streams at once instead of one. A block's 16 scores go, 16
+// SegmentsAheadBytes ahead as requests.segments says, so that memory
+// serves four sequential streams at once instead of one. A block's 16
+// scores go, 16
 // floats side by side, to side ([seg][group / 4][16]); after the pass they
 // are transposed into scores. Stored straight to their slots, 16 scores of
 // a block in 16 places, they cost the four streams their gain
@@ -375,7 +375,7 @@ template <typename T>
 HWY_INLINE void ScoresInSegments(const float* HWY_RESTRICT q, int group, int dim,
                                  const T* const* keys, size_t n, float scale,
                                  float* HWY_RESTRICT scores, size_t stride,
-                                 float* HWY_RESTRICT side, RowRequest how,
+                                 float* HWY_RESTRICT side, const AttentionRequests& requests,
                                  float* HWY_RESTRICT maxima) {
   const DF d;
   const size_t row_bytes = static_cast<size_t>(dim) * sizeof(T);
@@ -385,7 +385,8 @@ HWY_INLINE void ScoresInSegments(const float* HWY_RESTRICT q, int group, int dim
   if (seg % 1024 == 0) seg -= 16;
   const size_t blocks = static_cast<size_t>(group) / 4;
   const size_t ahead =
-      std::max<size_t>(1, SegmentsAheadBytes(how, sizeof(T), row_bytes) / row_bytes);
+      std::max<size_t>(1, SegmentsAheadBytes(requests, row_bytes) / row_bytes);
+  const RowRequest how = requests.segments;
   const T* const* k[4] = {keys, keys + seg, keys + 2 * seg, keys + 3 * seg};
   for (size_t j = 0; j < std::min(ahead, seg); ++j) {
     for (int s = 0; s < 4; ++s) PrefetchSpan(k[s][j], row_bytes, how);

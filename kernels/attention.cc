@@ -127,6 +127,14 @@ AttendScratch<T>& ThreadScratch() {
   return scratch;
 }
 
+// scratch.along sized for p: [group] maxima, then [group][lanes] sums.
+template <typename T>
+HWY_INLINE float* AlongBuffer(const AttendPlan& p, AttendScratch<T>& scratch) {
+  const size_t size = static_cast<size_t>(p.group) * (hn::Lanes(DF()) + 1);
+  if (scratch.along.size() < size) scratch.along.resize(size);
+  return scratch.along.data();
+}
+
 // Queries [q0, q1) of row r, with their admitted position ranges
 // [lo[qi], hi[qi]] and the positions of the row's slots (physical order).
 struct QueryTile {
@@ -396,9 +404,10 @@ struct ScoreSink {
   // The scores of the tile's only query over all n of its admitted rows of
   // the head (keys, in logical order) at once, in segments.
   // The heads' largest scores go to maxima [group].
-  void AddSegments(const T* const* keys, size_t n, float* side, RowRequest how, float* maxima) {
+  void AddSegments(const T* const* keys, size_t n, float* side,
+                   const AttentionRequests& requests, float* maxima) {
     const float* qh = q + ((r * queries + q0) * q_heads + kh * group) * dim;
-    ScoresInSegments(qh, group, dim, keys, n, scale, scores, padded, side, how, maxima);
+    ScoresInSegments(qh, group, dim, keys, n, scale, scores, padded, side, requests, maxima);
     count[0] = n;
   }
 #endif
@@ -435,11 +444,7 @@ HWY_INLINE bool ScorePass(const AttendPlan& p, const QueryTile& tile, const T* k
     Block<T> all{scratch.all_pos.data(), scratch.all_rows.data(), 0, 0, 0};
     GatherBlock(whole, tile, k_head, begin, end, &all);
     if (all.n >= kSegmentsFrom) {
-      const size_t group = static_cast<size_t>(p.group);
-      const size_t N = hn::Lanes(DF());
-      if (scratch.along.size() < group * (N + 1)) scratch.along.resize(group * (N + 1));
-      sink.AddSegments(all.rows, all.n, scratch.side.data(), p.requests.segments,
-                       scratch.along.data());
+      sink.AddSegments(all.rows, all.n, scratch.side.data(), p.requests, AlongBuffer(p, scratch));
       return true;
     } else if (all.n > 0) {
       sink.Add(tile.q0, all.rows, all.n, Ahead<T>());
@@ -517,18 +522,18 @@ HWY_INLINE SoftmaxAlong StartSoftmaxAlong(const AttendPlan& p, size_t total,
                                           AttendScratch<T>& scratch, bool have_max) {
   const size_t N = hn::Lanes(DF());
   const size_t group = static_cast<size_t>(p.group);
-  if (scratch.along.size() < group * (N + 1)) scratch.along.resize(group * (N + 1));
+  float* buffer = AlongBuffer(p, scratch);
   for (size_t g = 0; g < group && !have_max; ++g) {
-    scratch.along[g] = MaxOf(&scratch.scores[g * p.padded], total);
+    buffer[g] = MaxOf(&scratch.scores[g * p.padded], total);
   }
-  std::fill(scratch.along.begin() + group, scratch.along.begin() + group * (N + 1), 0.0f);
+  std::fill(buffer + group, buffer + group * (N + 1), 0.0f);
   SoftmaxAlong along;
   along.scores = scratch.scores.data();
   along.padded = p.padded;
   along.group = p.group;
   along.total = total;
-  along.max = scratch.along.data();
-  along.sums = scratch.along.data() + group;
+  along.max = buffer;
+  along.sums = buffer + group;
   return along;
 }
 
@@ -889,7 +894,10 @@ AttentionRequests AttentionRequestsOn(bool bf16) {
     r.block_start_l1 = !bf16;
   }
   r.segments = cpu == 2 ? RowRequest::kNonTemporal : RowRequest::kL1;
-  if (cpu == 2) r.segments_below = 1024;
+  if (cpu == 2) {
+    if (bf16) r.segments_ahead_short = 4096;  // SegmentsAheadBytes
+    r.segments_below = 1024;
+  }
   return r;
 }
 

@@ -84,6 +84,10 @@ enum class RowRequest : uint8_t {
 // - segments: a lone query's keys read in four segments (ScoresInSegments
 //   in attention-inl.h), 2 KiB ahead: non-temporal on AMD Zen 5 and later,
 //   else into L1.
+// - segments_ahead, segments_ahead_short: how far ahead, in bytes, each
+//   segment requests its rows, for rows of more than 256 bytes and for
+//   shorter ones: 2 KiB, but 4 KiB for short bf16 rows on AMD Zen 5 and
+//   later.
 // - segments_below: keys go in segments only in rows shorter than this
 //   many bytes: 1024 on AMD Zen 5 and later (fp32 rows of dim 256 and more
 //   are read block by block there), else no limit.
@@ -92,6 +96,8 @@ struct AttentionRequests {
   RowRequest along = RowRequest::kL2;
   bool block_start_l1 = false;
   RowRequest segments = RowRequest::kL1;
+  size_t segments_ahead = 2048;
+  size_t segments_ahead_short = 2048;
   size_t segments_below = SIZE_MAX;
 };
 AttentionRequests AttentionRequestsOn(bool bf16);
