@@ -351,6 +351,30 @@ HWY_INLINE void Transpose16(VF (&r)[16]) {
 // A lone query's scores in segments (ScoresInSegments) from this many rows.
 constexpr size_t kSegmentsFrom = 256;
 
+// The key pass of ScoresInSegments: the score blocks of the four segments'
+// rows side by side into side, each segment's rows requested `ahead` rows
+// ahead as `how` says. A function of its own so that the compiler
+// allocates its registers apart from the transpose and the tail.
+template <typename T>
+HWY_NOINLINE void SegmentKeys(const float* HWY_RESTRICT q, int dim, const T* const* keys,
+                              size_t seg, size_t blocks, size_t ahead, RowRequest how,
+                              float scale, float* HWY_RESTRICT side) {
+  const size_t row_bytes = static_cast<size_t>(dim) * sizeof(T);
+  const T* const* k[4] = {keys, keys + seg, keys + 2 * seg, keys + 3 * seg};
+  for (size_t j = 0; j < std::min(ahead, seg); ++j) {
+    for (int s = 0; s < 4; ++s) PrefetchSpan(k[s][j], row_bytes, how);
+  }
+  for (size_t j = 0; j < seg; ++j) {
+    if (j + ahead < seg) {
+      for (int s = 0; s < 4; ++s) PrefetchSpan(k[s][j + ahead], row_bytes, how);
+    }
+    const T* rows[4] = {k[0][j], k[1][j], k[2][j], k[3][j]};
+    for (size_t b = 0; b < blocks; ++b) {
+      ScoreBlock<4, 4>(q + 4 * b * dim, dim, rows, scale, side + (j * blocks + b) * 16, 4);
+    }
+  }
+}
+
 // Scores of query heads [0, group) (group a multiple of 4) over n >=
 // kSegmentsFrom rows, into scores as Scores writes them and with the same
 // bits (a pair's arithmetic does not depend on its block), but with the
@@ -386,20 +410,7 @@ HWY_INLINE void ScoresInSegments(const float* HWY_RESTRICT q, int group, int dim
   const size_t blocks = static_cast<size_t>(group) / 4;
   const size_t ahead =
       std::max<size_t>(1, SegmentsAheadBytes(requests, row_bytes) / row_bytes);
-  const RowRequest how = requests.segments;
-  const T* const* k[4] = {keys, keys + seg, keys + 2 * seg, keys + 3 * seg};
-  for (size_t j = 0; j < std::min(ahead, seg); ++j) {
-    for (int s = 0; s < 4; ++s) PrefetchSpan(k[s][j], row_bytes, how);
-  }
-  for (size_t j = 0; j < seg; ++j) {
-    if (j + ahead < seg) {
-      for (int s = 0; s < 4; ++s) PrefetchSpan(k[s][j + ahead], row_bytes, how);
-    }
-    const T* rows[4] = {k[0][j], k[1][j], k[2][j], k[3][j]};
-    for (size_t b = 0; b < blocks; ++b) {
-      ScoreBlock<4, 4>(q + 4 * b * dim, dim, rows, scale, side + (j * blocks + b) * 16, 4);
-    }
-  }
+  SegmentKeys(q, dim, keys, seg, blocks, ahead, requests.segments, scale, side);
   // side [j][b] lane 4h + s is the score of head 4b + h at slot s * seg + j.
   for (size_t b = 0; b < blocks; ++b) {
     VF m[4];
