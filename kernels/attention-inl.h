@@ -353,10 +353,9 @@ constexpr size_t kSegmentsFrom = 256;
 
 // The key pass of ScoresInSegments: the score blocks of the four segments'
 // rows side by side into side, each segment's rows requested `ahead` rows
-// ahead as `how` says. A function of its own so that the compiler
-// allocates its registers apart from the transpose and the tail.
+// ahead as `how` says.
 template <typename T>
-HWY_NOINLINE void SegmentKeys(const float* HWY_RESTRICT q, int dim, const T* const* keys,
+HWY_INLINE void SegmentKeys(const float* HWY_RESTRICT q, int dim, const T* const* keys,
                               size_t seg, size_t blocks, size_t ahead, RowRequest how,
                               float scale, float* HWY_RESTRICT side) {
   const size_t row_bytes = static_cast<size_t>(dim) * sizeof(T);
@@ -373,6 +372,21 @@ HWY_NOINLINE void SegmentKeys(const float* HWY_RESTRICT q, int dim, const T* con
       ScoreBlock<4, 4>(q + 4 * b * dim, dim, rows, scale, side + (j * blocks + b) * 16, 4);
     }
   }
+}
+
+// SegmentKeys out of line, for fp32. Inlined into ScoresInSegments, GCC 12
+// (-O3, AVX3) kept two or three of a 4x4 block's four fp32 key vectors on
+// the stack and reloaded them for each head's multiply-adds (objdump: 8-16
+// vfmadd231ps with a stack operand); as a function of its own, none.
+// bench/alternate/segment-keys.patch (the key pass inline, as before; 11
+// rounds, Zen 5, AVX3): cold fp32 decode 0.984 [0.970..0.992] of the time
+// at dim 128, 1.001 at dim 64; bf16, which kept its vectors in registers
+// either way, took 1.013 and 1.015 out of line, so it stays inline.
+template <typename T>
+HWY_NOINLINE void SegmentKeysApart(const float* HWY_RESTRICT q, int dim, const T* const* keys,
+                                   size_t seg, size_t blocks, size_t ahead, RowRequest how,
+                                   float scale, float* HWY_RESTRICT side) {
+  SegmentKeys(q, dim, keys, seg, blocks, ahead, how, scale, side);
 }
 
 // Scores of query heads [0, group) (group a multiple of 4) over n >=
@@ -410,7 +424,11 @@ HWY_INLINE void ScoresInSegments(const float* HWY_RESTRICT q, int group, int dim
   const size_t blocks = static_cast<size_t>(group) / 4;
   const size_t ahead =
       std::max<size_t>(1, SegmentsAheadBytes(requests, row_bytes) / row_bytes);
-  SegmentKeys(q, dim, keys, seg, blocks, ahead, requests.segments, scale, side);
+  if constexpr (sizeof(T) == sizeof(float)) {
+    SegmentKeysApart(q, dim, keys, seg, blocks, ahead, requests.segments, scale, side);
+  } else {
+    SegmentKeys(q, dim, keys, seg, blocks, ahead, requests.segments, scale, side);
+  }
   // side [j][b] lane 4h + s is the score of head 4b + h at slot s * seg + j.
   for (size_t b = 0; b < blocks; ++b) {
     VF m[4];
