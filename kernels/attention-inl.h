@@ -356,8 +356,8 @@ constexpr size_t kSegmentsFrom = 256;
 // ahead as `how` says.
 template <typename T>
 HWY_INLINE void SegmentKeys(const float* HWY_RESTRICT q, int dim, const T* const* keys,
-                              size_t seg, size_t blocks, size_t ahead, RowRequest how,
-                              float scale, float* HWY_RESTRICT side) {
+                            size_t seg, size_t blocks, size_t ahead, RowRequest how, float scale,
+                            float* HWY_RESTRICT side) {
   const size_t row_bytes = static_cast<size_t>(dim) * sizeof(T);
   const T* const* k[4] = {keys, keys + seg, keys + 2 * seg, keys + 3 * seg};
   for (size_t j = 0; j < std::min(ahead, seg); ++j) {
