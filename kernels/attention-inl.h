@@ -264,6 +264,24 @@ HWY_INLINE void ScoreBlock(const float* HWY_RESTRICT q, int dim, const T* const*
   }
 }
 
+// Slots per score block of four heads (Scores). With 32 vector registers,
+// 4: 4x4 (16 accumulators) against the 4x3 it replaced, dim 128 in L1 on a
+// Zen 5 core (AVX3): 0.79-0.85 of the FMA peak against 0.68-0.76; 4x5 and
+// 4x6 gained nothing more. On AVX2, with 16, 3: 12 accumulators, three
+// keys and a query fit them, where 4x4's 16 accumulators alone did not and
+// GCC kept two of them on the stack, reloading each key vector from memory
+// for every head. bench/alternate/threes-16-registers.patch (4x3 on every
+// x86 target below AVX3; Zen 5, one process), ALT_TARGET=AVX2, 9 rounds:
+// cold decode 0.877 / 0.862 / 0.875 of the time at fp32 dims 64 / 128 /
+// 256 and 0.926 / 0.843 / 0.933 with bf16, 0.85-0.97 in L2, window
+// attention 0.808; ALT_TARGET=SSE4, 7 rounds: fp32 0.92-0.97 but bf16
+// 1.00-1.12, so SSE4 and SSSE3 keep 4.
+#if HWY_TARGET == HWY_AVX2
+constexpr int kScoreSlots = 3;
+#else
+constexpr int kScoreSlots = 4;
+#endif
+
 // Scores of query heads [0, group) (queries dim floats apart from q) over
 // the admitted slots, in blocks of heads and slots.
 // Along the way, the rows of ahead are requested, one per slot scored.
@@ -277,19 +295,24 @@ HWY_INLINE void Scores(const float* HWY_RESTRICT q, int group, int dim, const T*
     const float* qg = q + g * dim;
     float* sg = scores + g * stride;
     size_t j = 0;
-    // Fours, then a three and a two, a three, or a two for the rest (a lone
-    // slot only when n is 1). 4x4 (16 accumulators) against the 4x3 it
-    // replaced, dim 128 in L1 on a Zen 5 core (AVX3): 0.79-0.85 of the FMA
-    // peak against 0.68-0.76; 4x5 and 4x6 gained nothing more.
-    const size_t fours = n % 4 == 1 && n > 1 ? n - 5 : n - n % 4;
-    for (; j < fours; j += 4) {
-      PrefetchRows(ahead, j, j + 4, row_bytes);
-      ScoreBlock<4, 4>(qg, dim, keys + j, scale, sg + j, stride);
-    }
-    if (j + 3 <= n && (n - j) % 2 == 1) {
-      PrefetchRows(ahead, j, j + 3, row_bytes);
-      ScoreBlock<4, 3>(qg, dim, keys + j, scale, sg + j, stride);
-      j += 3;
+    if constexpr (kScoreSlots == 3) {
+      for (; j + 3 <= n; j += 3) {
+        PrefetchRows(ahead, j, j + 3, row_bytes);
+        ScoreBlock<4, 3>(qg, dim, keys + j, scale, sg + j, stride);
+      }
+    } else {
+      // Fours, then a three and a two, a three, or a two for the rest (a
+      // lone slot only when n is 1).
+      const size_t fours = n % 4 == 1 && n > 1 ? n - 5 : n - n % 4;
+      for (; j < fours; j += 4) {
+        PrefetchRows(ahead, j, j + 4, row_bytes);
+        ScoreBlock<4, 4>(qg, dim, keys + j, scale, sg + j, stride);
+      }
+      if (j + 3 <= n && (n - j) % 2 == 1) {
+        PrefetchRows(ahead, j, j + 3, row_bytes);
+        ScoreBlock<4, 3>(qg, dim, keys + j, scale, sg + j, stride);
+        j += 3;
+      }
     }
     if (j + 2 <= n) {
       PrefetchRows(ahead, j, j + 2, row_bytes);

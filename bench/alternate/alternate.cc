@@ -25,6 +25,7 @@
 #include "kernels/attention.h"
 #include "kernels/kv_view.h"
 #include "kernels/mask.h"
+#include "testing/target_scope.h"
 
 bool g_kvspec_toggle = true;
 
@@ -171,6 +172,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "alternate: ALT_TOKENS must be 256..1048576, not %s\n", env);
     return 2;
   }
+  // ALT_TARGET=NAME: the kernels on that Highway target (as hwy::TargetName
+  // spells it, e.g. AVX2) instead of the best this CPU runs.
+  if (const char* name = std::getenv("ALT_TARGET")) {
+    int64_t chosen = 0;
+    std::string names;
+    for (int64_t t : kvspec::testing::AllTargets()) {
+      if (std::string(hwy::TargetName(t)) == name) chosen = t;
+      names += std::string(" ") + hwy::TargetName(t);
+    }
+    if (chosen == 0) {
+      std::fprintf(stderr, "alternate: ALT_TARGET=%s is not a target this CPU runs (it runs:%s)\n",
+                   name, names.c_str());
+      return 2;
+    }
+    hwy::SetSupportedTargetsForTest(chosen);
+  }
+  std::printf("target %s\n", kvspec::AttentionTargetName());
   for (int dim : {64, 128, 256}) {
     Run<float>(dim, rounds, static_cast<int>(tokens));
     Run<uint16_t>(dim, rounds, static_cast<int>(tokens));
