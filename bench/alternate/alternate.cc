@@ -164,14 +164,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: alternate [ROUNDS (1..1000, default 15)]\n");
     return 2;
   }
-  std::printf("%d rounds; medians over the rounds, on/off: median [min..max] of the rounds' ratios\n",
-              rounds);
-  const char* env = std::getenv("ALT_TOKENS");
-  const long tokens = env != nullptr ? std::strtol(env, nullptr, 10) : 16384;
-  if (tokens < 256 || tokens > 1048576) {
-    std::fprintf(stderr, "alternate: ALT_TOKENS must be 256..1048576, not %s\n", env);
-    return 2;
-  }
   // ALT_TARGET=NAME: the kernels on that Highway target (as hwy::TargetName
   // spells it, e.g. AVX2) instead of the best this CPU runs.
   if (const char* name = std::getenv("ALT_TARGET")) {
@@ -187,6 +179,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     hwy::SetSupportedTargetsForTest(chosen);
+  }
+  std::printf("%d rounds; medians over the rounds, on/off: median [min..max] of the rounds' ratios\n",
+              rounds);
+  const char* env = std::getenv("ALT_TOKENS");
+  const long tokens = env != nullptr ? std::strtol(env, nullptr, 10) : 16384;
+  if (tokens < 256 || tokens > 1048576) {
+    std::fprintf(stderr, "alternate: ALT_TOKENS must be 256..1048576, not %s\n", env);
+    return 2;
   }
   std::printf("target %s\n", kvspec::AttentionTargetName());
   for (int dim : {64, 128, 256}) {
