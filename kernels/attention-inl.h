@@ -295,7 +295,7 @@ HWY_INLINE void Scores(const float* HWY_RESTRICT q, int group, int dim, const T*
     const float* qg = q + g * dim;
     float* sg = scores + g * stride;
     size_t j = 0;
-    if constexpr (kScoreSlots == 3) {
+    if constexpr (kScoreSlots == 3) {  // threes, then a two or a one
       for (; j + 3 <= n; j += 3) {
         PrefetchRows(ahead, j, j + 3, row_bytes);
         ScoreBlock<4, 3>(qg, dim, keys + j, scale, sg + j, stride);
@@ -419,9 +419,8 @@ HWY_NOINLINE void SegmentKeysApart(const float* HWY_RESTRICT q, int dim, const T
 // row of each segment, and each segment requests its own rows
 // SegmentsAheadBytes ahead as requests.segments says, so that memory
 // serves four sequential streams at once instead of one. A block's 16
-// scores go, 16
-// floats side by side, to side ([seg][group / 4][16]); after the pass they
-// are transposed into scores. Stored straight to their slots, 16 scores of
+// scores go, 16 floats side by side, to side ([seg][group / 4][16]); after
+// the pass they are transposed into scores. Stored straight to their slots, 16 scores of
 // a block in 16 places, they cost the four streams their gain
 // (bench/alternate/walk-modes.patch, modes 6 and 15); transposed every 16
 // rows along the pass (stop 43, 9 rounds), 1.04-1.09 of the time cold.

@@ -82,8 +82,7 @@ enum class RowRequest : uint8_t {
 // - block_start_l1: each block's rows requested again into L1 as its
 //   computation starts (fp32 where along is not kL1).
 // - segments: a lone query's keys read in four segments (ScoresInSegments
-//   in attention-inl.h), 2 KiB ahead: non-temporal on AMD Zen 5 and later,
-//   else into L1.
+//   in attention-inl.h): non-temporal on AMD Zen 5 and later, else into L1.
 // - segments_ahead, segments_ahead_short: how far ahead, in bytes, each
 //   segment requests its rows, for rows of more than 256 bytes and for
 //   shorter ones: 2 KiB, but 4 KiB for short bf16 rows on AMD Zen 5 and
@@ -101,12 +100,12 @@ struct AttentionRequests {
   size_t segments_below = SIZE_MAX;
 };
 AttentionRequests AttentionRequestsOn(bool bf16);
-// Whether the target Attend dispatches to now reads a lone query's keys in
-// four segments side by side (groups of a multiple of 4 query heads, at
-// least 256 admitted slots, rows shorter than
-// AttentionRequests::segments_below; see ScoresInSegments in
-// attention-inl.h): on 512-bit x86 targets. The benchmarks that mirror the
-// kernel's reads ask it.
+// Whether the target Attend dispatches to now can read a lone query's keys
+// in four segments side by side: on 512-bit x86 targets. It does so for
+// groups of a multiple of 4 query heads, at least 256 admitted slots and
+// rows shorter than AttentionRequests::segments_below, which callers check
+// themselves (see ScorePass in attention.cc). The benchmarks that mirror
+// the kernel's reads ask it.
 bool AttentionScoresInSegments();
 
 }  // namespace kvspec
