@@ -14,6 +14,11 @@
 // queries after 1024 tokens, one cache (8.5 MiB), 3 calls per setting and
 // round. The kernels run on the best Highway target of the CPU, or on the
 // one ALT_TARGET names (e.g. AVX2).
+//
+// ALT_KERNEL=conv runs the causal conv1d step instead (kernels/conv1d.h),
+// hot and in place as the cache calls it: 8192 and 1024 channels, K = 4
+// and K = 1 (the SiLU alone), 2000 calls per setting and round (20000 at
+// 1024 channels).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -24,6 +29,7 @@
 
 #include "kernels/aligned_vector.h"
 #include "kernels/attention.h"
+#include "kernels/conv1d.h"
 #include "kernels/kv_view.h"
 #include "kernels/mask.h"
 #include "testing/target_scope.h"
@@ -157,6 +163,39 @@ void RunWindow(int rounds) {
   std::fflush(stdout);
 }
 
+// The conv1d step, hot, in place: `channels` channels, kernel K.
+void RunConv(int rounds, size_t channels, size_t kernel) {
+  std::vector<float> w(kernel * channels), packed(w.size()), state((kernel - 1) * channels),
+      x(channels), u(channels);
+  uint32_t seed = 11;
+  const auto uniform = [&seed](float lo, float hi) {
+    seed = seed * 1664525u + 1013904223u;
+    return lo + (hi - lo) * static_cast<float>(seed >> 8) * (1.0f / 16777216.0f);
+  };
+  for (float& f : w) f = uniform(-0.5f, 0.5f);
+  for (float& f : state) f = uniform(-1.0f, 1.0f);
+  for (float& f : x) f = uniform(-1.0f, 1.0f);
+  kvspec::PackConvWeights(w.data(), packed.data(), channels, kernel);
+  const int calls = channels >= 8192 ? 2000 : 20000;
+  std::vector<double> t[2], r;
+  for (int i = 0; i < rounds; ++i) {
+    for (int m = 0; m < 2; ++m) {
+      g_kvspec_toggle = m == 1;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int c = 0; c < calls; ++c) {
+        kvspec::ConvStep(packed.data(), state.data(), state.data(), x.data(), u.data(), channels,
+                         kernel);
+      }
+      const auto t1 = std::chrono::steady_clock::now();
+      t[m].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / calls);
+    }
+    r.push_back(t[1].back() / t[0].back());
+  }
+  std::printf("conv %5zu channels, K = %zu (hot): off %7.3f us, on %7.3f us, on/off %s\n",
+              channels, kernel, Median(t[0]), Median(t[1]), Range(r).c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -187,8 +226,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "alternate: ALT_TOKENS must be 256..1048576, not %s\n", env);
     return 2;
   }
+  const char* kernel = std::getenv("ALT_KERNEL");
+  const std::string which = kernel != nullptr ? kernel : "attention";
+  if (which != "attention" && which != "conv") {
+    std::fprintf(stderr, "alternate: ALT_KERNEL must be attention or conv, not %s\n", kernel);
+    return 2;
+  }
   std::printf("%d rounds; medians over the rounds, on/off: median [min..max] of the rounds' ratios\n",
               rounds);
+  if (which == "conv") {
+    std::printf("target %s\n", kvspec::AttentionTargetName());  // the same dispatch
+    for (size_t channels : {size_t{8192}, size_t{1024}}) {
+      for (size_t k : {size_t{4}, size_t{1}}) RunConv(rounds, channels, k);
+    }
+    return 0;
+  }
   std::printf("target %s\n", kvspec::AttentionTargetName());
   for (int dim : {64, 128, 256}) {
     Run<float>(dim, rounds, static_cast<int>(tokens));
