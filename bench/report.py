@@ -385,10 +385,25 @@ def compare(old_path, new_path):
 def main(argv):
     # Quiet when piped into head: stop at the closed pipe like other tools.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    if len(argv) < 2 or argv[1] in ("-h", "--help"):
+    if len(argv) < 2 or any(a in ("-h", "--help") for a in argv[1:]):
         print(__doc__.strip())
         return 0
     command = argv[1]
+    # Every file the command reads must be a benchmark JSON file: say which
+    # one is not, rather than a traceback.
+    inputs = argv[2:]
+    if command == "chart":
+        inputs = argv[3:]
+    elif command == "table" and inputs[:1] == ["--cpu"]:
+        inputs = inputs[2:]
+    for path in inputs:
+        try:
+            with open(path) as f:
+                json.load(f)
+        except (OSError, ValueError) as e:
+            print("report.py %s: cannot read %s as benchmark JSON: %s" % (command, path, e),
+                  file=sys.stderr)
+            return 2
     if command == "summary" and len(argv) >= 3:
         summary(argv[2:])
     elif command == "chart" and len(argv) >= 4:
@@ -396,7 +411,11 @@ def main(argv):
     elif command == "table" and len(argv) >= 3:
         args = argv[2:]
         cpu = None
-        if args[0] == "--cpu" and len(args) >= 3:
+        if args[0] == "--cpu":
+            if len(args) < 3:
+                print("report.py table: --cpu needs a NAME and then RUN.json files",
+                      file=sys.stderr)
+                return 2
             cpu, args = args[1], args[2:]
         table(args, cpu)
     elif command == "compare" and len(argv) == 4:

@@ -11,6 +11,8 @@ usage: report_test.py [unittest options]
   against the read limit (BM_DecodeFmaWalk) and conv1d's traffic
   (BM_ConvWalk).
 - Fractions of a limit come from the same file only.
+- The command line: --help anywhere prints the usage; a file that is not
+  benchmark JSON, or a missing argument, exits 2 with a message.
 """
 import contextlib
 import importlib.machinery
@@ -186,6 +188,38 @@ class Table(unittest.TestCase):
         self.assertEqual(rows[what][2], "0.79")
         self.assertEqual(rows[what][-1], "**not met**")
 
+
+
+class CommandLine(unittest.TestCase):
+    def run_main(self, *args):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = report.main(["report.py"] + list(args))
+        return code, out.getvalue(), err.getvalue()
+
+    def test_help_after_a_command_prints_the_usage(self):
+        for args in (["--help"], ["table", "--help"], ["compare", "-h"]):
+            code, out, _ = self.run_main(*args)
+            self.assertEqual(code, 0, args)
+            self.assertIn("report.py table", out, args)
+
+    def test_a_missing_file_is_named(self):
+        code, _, err = self.run_main("table", "--cpu", "X", "/nonexistent/run.json")
+        self.assertEqual(code, 2)
+        self.assertIn("/nonexistent/run.json", err)
+
+    def test_a_file_that_is_not_json_is_named(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            f.write("{")
+            f.flush()
+            code, _, err = self.run_main("compare", f.name, f.name)
+        self.assertEqual(code, 2)
+        self.assertIn(f.name, err)
+
+    def test_cpu_without_files_is_an_error(self):
+        code, _, err = self.run_main("table", "--cpu", "X")
+        self.assertEqual(code, 2)
+        self.assertIn("--cpu", err)
 
 if __name__ == "__main__":
     unittest.main()
