@@ -18,7 +18,10 @@
 // ALT_KERNEL=conv runs the causal conv1d step instead (kernels/conv1d.h),
 // hot and in place as the cache calls it: 8192 and 1024 channels, K = 4
 // and K = 1 (the SiLU alone), 2000 calls per setting and round (20000 at
-// 1024 channels).
+// 1024 channels). ALT_KERNEL=gated runs the gated delta step
+// (kernels/gated_delta.h) in place: 16 value heads and 8 key heads of dk =
+// dv = 128 (a 1 MiB state), scalar gates, hot (one state, 2000 calls per
+// setting and round) and cold (copies rotated through 512 MiB, 400 calls).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -30,6 +33,7 @@
 #include "kernels/aligned_vector.h"
 #include "kernels/attention.h"
 #include "kernels/conv1d.h"
+#include "kernels/gated_delta.h"
 #include "kernels/kv_view.h"
 #include "kernels/mask.h"
 #include "testing/target_scope.h"
@@ -196,6 +200,53 @@ void RunConv(int rounds, size_t channels, size_t kernel) {
   std::fflush(stdout);
 }
 
+// The gated delta step in place, hot (one state) or cold (`copies` states
+// in turn).
+void RunGated(int rounds, bool cold) {
+  kvspec::GatedDeltaShape shape;
+  shape.value_heads = 16;
+  shape.key_heads = 8;
+  shape.dk = shape.dv = 128;
+  const size_t floats = shape.value_heads * shape.dk * shape.dv;
+  const size_t copies = cold ? 512 : 1;
+  kvspec::AlignedVector<float> state(floats * copies);
+  uint32_t seed = 5;
+  const auto uniform = [&seed](float lo, float hi) {
+    seed = seed * 1664525u + 1013904223u;
+    return lo + (hi - lo) * static_cast<float>(seed >> 8) * (1.0f / 16777216.0f);
+  };
+  for (float& f : state) f = uniform(-0.1f, 0.1f);
+  std::vector<float> q(shape.key_heads * shape.dk), k(q.size()), v(shape.value_heads * shape.dv),
+      g(shape.value_heads), beta(shape.value_heads), y(v.size());
+  for (float& f : q) f = uniform(-0.1f, 0.1f);
+  for (float& f : k) f = uniform(-0.1f, 0.1f);
+  for (float& f : v) f = uniform(-1.0f, 1.0f);
+  // Gates near 1 and small betas keep the state bounded over many calls.
+  for (float& f : g) f = uniform(0.98f, 1.0f);
+  for (float& f : beta) f = uniform(0.0f, 0.05f);
+  const int calls = cold ? 400 : 2000;
+  size_t next = 0;
+  std::vector<double> t[2], r;
+  for (int i = 0; i < rounds; ++i) {
+    for (int m = 0; m < 2; ++m) {
+      g_kvspec_toggle = m == 1;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int c = 0; c < calls; ++c) {
+        float* s = state.data() + floats * next;
+        next = (next + 1) % copies;
+        kvspec::GatedDeltaStep(s, s, q.data(), k.data(), v.data(), g.data(), beta.data(), y.data(),
+                               shape);
+      }
+      const auto t1 = std::chrono::steady_clock::now();
+      t[m].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / calls);
+    }
+    r.push_back(t[1].back() / t[0].back());
+  }
+  std::printf("gated delta 16 x 128^2 (%s): off %7.3f us, on %7.3f us, on/off %s\n",
+              cold ? "cold" : "hot", Median(t[0]), Median(t[1]), Range(r).c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -228,8 +279,9 @@ int main(int argc, char** argv) {
   }
   const char* kernel = std::getenv("ALT_KERNEL");
   const std::string which = kernel != nullptr ? kernel : "attention";
-  if (which != "attention" && which != "conv") {
-    std::fprintf(stderr, "alternate: ALT_KERNEL must be attention or conv, not %s\n", kernel);
+  if (which != "attention" && which != "conv" && which != "gated") {
+    std::fprintf(stderr, "alternate: ALT_KERNEL must be attention, conv or gated, not %s\n",
+                 kernel);
     return 2;
   }
   std::printf("%d rounds; medians over the rounds, on/off: median [min..max] of the rounds' ratios\n",
@@ -239,6 +291,12 @@ int main(int argc, char** argv) {
     for (size_t channels : {size_t{8192}, size_t{1024}}) {
       for (size_t k : {size_t{4}, size_t{1}}) RunConv(rounds, channels, k);
     }
+    return 0;
+  }
+  if (which == "gated") {
+    std::printf("target %s\n", kvspec::AttentionTargetName());  // the same dispatch
+    RunGated(rounds, false);
+    RunGated(rounds, true);
     return 0;
   }
   std::printf("target %s\n", kvspec::AttentionTargetName());
