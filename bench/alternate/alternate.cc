@@ -125,6 +125,37 @@ std::string Range(std::vector<double> v) {
   return text;
 }
 
+// A linear congruential generator's floats, uniform in [lo, hi).
+struct Uniform {
+  uint32_t seed;
+  float operator()(float lo, float hi) {
+    seed = seed * 1664525u + 1013904223u;
+    return lo + (hi - lo) * static_cast<float>(seed >> 8) * (1.0f / 16777216.0f);
+  }
+};
+
+// `calls` calls of call() per setting and round, off then on in each
+// round: microseconds per call of each setting per round, and the rounds'
+// on/off ratios.
+struct Rounds {
+  std::vector<double> t[2], ratio;
+};
+template <typename F>
+Rounds Alternate(int rounds, int calls, F&& call) {
+  Rounds out;
+  for (int i = 0; i < rounds; ++i) {
+    for (int m = 0; m < 2; ++m) {
+      g_kvspec_toggle = m == 1;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int c = 0; c < calls; ++c) call();
+      const auto t1 = std::chrono::steady_clock::now();
+      out.t[m].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / calls);
+    }
+    out.ratio.push_back(out.t[1].back() / out.t[0].back());
+  }
+  return out;
+}
+
 template <typename T>
 void Run(int dim, int rounds, int tokens) {
   const size_t cold_bytes = size_t{2} * 8 * static_cast<size_t>(tokens) * dim * sizeof(T);
@@ -171,37 +202,22 @@ void RunWindow(int rounds) {
 void RunConv(int rounds, size_t channels, size_t kernel) {
   std::vector<float> w(kernel * channels), packed(w.size()), state((kernel - 1) * channels),
       x(channels), u(channels);
-  uint32_t seed = 11;
-  const auto uniform = [&seed](float lo, float hi) {
-    seed = seed * 1664525u + 1013904223u;
-    return lo + (hi - lo) * static_cast<float>(seed >> 8) * (1.0f / 16777216.0f);
-  };
+  Uniform uniform{11};
   for (float& f : w) f = uniform(-0.5f, 0.5f);
   for (float& f : state) f = uniform(-1.0f, 1.0f);
   for (float& f : x) f = uniform(-1.0f, 1.0f);
   kvspec::PackConvWeights(w.data(), packed.data(), channels, kernel);
-  const int calls = channels >= 8192 ? 2000 : 20000;
-  std::vector<double> t[2], r;
-  for (int i = 0; i < rounds; ++i) {
-    for (int m = 0; m < 2; ++m) {
-      g_kvspec_toggle = m == 1;
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int c = 0; c < calls; ++c) {
-        kvspec::ConvStep(packed.data(), state.data(), state.data(), x.data(), u.data(), channels,
-                         kernel);
-      }
-      const auto t1 = std::chrono::steady_clock::now();
-      t[m].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / calls);
-    }
-    r.push_back(t[1].back() / t[0].back());
-  }
+  const Rounds r = Alternate(rounds, channels >= 8192 ? 2000 : 20000, [&] {
+    kvspec::ConvStep(packed.data(), state.data(), state.data(), x.data(), u.data(), channels,
+                     kernel);
+  });
   std::printf("conv %5zu channels, K = %zu (hot): off %7.3f us, on %7.3f us, on/off %s\n",
-              channels, kernel, Median(t[0]), Median(t[1]), Range(r).c_str());
+              channels, kernel, Median(r.t[0]), Median(r.t[1]), Range(r.ratio).c_str());
   std::fflush(stdout);
 }
 
-// The gated delta step in place, hot (one state) or cold (`copies` states
-// in turn).
+// The gated delta step in place, hot (one state) or cold (512 states in
+// turn).
 void RunGated(int rounds, bool cold) {
   kvspec::GatedDeltaShape shape;
   shape.value_heads = 16;
@@ -210,11 +226,7 @@ void RunGated(int rounds, bool cold) {
   const size_t floats = shape.value_heads * shape.dk * shape.dv;
   const size_t copies = cold ? 512 : 1;
   kvspec::AlignedVector<float> state(floats * copies);
-  uint32_t seed = 5;
-  const auto uniform = [&seed](float lo, float hi) {
-    seed = seed * 1664525u + 1013904223u;
-    return lo + (hi - lo) * static_cast<float>(seed >> 8) * (1.0f / 16777216.0f);
-  };
+  Uniform uniform{5};
   for (float& f : state) f = uniform(-0.1f, 0.1f);
   std::vector<float> q(shape.key_heads * shape.dk), k(q.size()), v(shape.value_heads * shape.dv),
       g(shape.value_heads), beta(shape.value_heads), y(v.size());
@@ -224,26 +236,15 @@ void RunGated(int rounds, bool cold) {
   // Gates near 1 and small betas keep the state bounded over many calls.
   for (float& f : g) f = uniform(0.98f, 1.0f);
   for (float& f : beta) f = uniform(0.0f, 0.05f);
-  const int calls = cold ? 400 : 2000;
   size_t next = 0;
-  std::vector<double> t[2], r;
-  for (int i = 0; i < rounds; ++i) {
-    for (int m = 0; m < 2; ++m) {
-      g_kvspec_toggle = m == 1;
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int c = 0; c < calls; ++c) {
-        float* s = state.data() + floats * next;
-        next = (next + 1) % copies;
-        kvspec::GatedDeltaStep(s, s, q.data(), k.data(), v.data(), g.data(), beta.data(), y.data(),
-                               shape);
-      }
-      const auto t1 = std::chrono::steady_clock::now();
-      t[m].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / calls);
-    }
-    r.push_back(t[1].back() / t[0].back());
-  }
+  const Rounds r = Alternate(rounds, cold ? 400 : 2000, [&] {
+    float* s = state.data() + floats * next;
+    next = (next + 1) % copies;
+    kvspec::GatedDeltaStep(s, s, q.data(), k.data(), v.data(), g.data(), beta.data(), y.data(),
+                           shape);
+  });
   std::printf("gated delta 16 x 128^2 (%s): off %7.3f us, on %7.3f us, on/off %s\n",
-              cold ? "cold" : "hot", Median(t[0]), Median(t[1]), Range(r).c_str());
+              cold ? "cold" : "hot", Median(r.t[0]), Median(r.t[1]), Range(r.ratio).c_str());
   std::fflush(stdout);
 }
 
