@@ -46,11 +46,11 @@ float DecodeTraffic(const void* head, bool bf16, size_t slots, size_t dim, const
 // The same loads and multiply-adds in another order (slots a multiple of
 // 4): the rows cut into four segments read side by side, four sequential
 // streams instead of one (each group of four rows takes one row from each
-// segment; each segment requests its rows as far ahead, and as, Attend
-// requests its keys in segments: SegmentsAheadBytes,
-// AttentionRequestsOn(bf16).segments). Not an order Attend can take for
-// the values without changing its arithmetic: each output lane sums the
-// values in slot order.
+// segment; each segment requests its rows the way Attend requests its
+// keys in segments, as far ahead (SegmentsAheadBytes) and with the same
+// hint (AttentionRequestsOn(bf16).segments)). Not an order Attend can
+// take for the values without changing its arithmetic: each output lane
+// sums the values in slot order.
 float DecodeTrafficInSegments(const void* head, bool bf16, size_t slots, size_t dim,
                               const float* q);
 // The target FmaLoop and ReadStreams dispatch to now.

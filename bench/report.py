@@ -32,12 +32,23 @@ FRACTIONS = ("fma_fraction", "read_fraction", "rw_fraction", "inplace_fraction")
 LIMITS = ("BM_Stream", "BM_PeakFma", "BM_ReadProbe")
 
 
+class InputError(Exception):
+    """A file that is not benchmark JSON (main names it and exits 2)."""
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputError("cannot read %s as benchmark JSON: %s" % (path, e))
+
+
 def load(paths):
     """name -> benchmark entry (medians when present, else plain runs)."""
     medians, plain = {}, {}
     for path in paths:
-        with open(path) as f:
-            data = json.load(f)
+        data = read_json(path)
         for b in data.get("benchmarks", []):
             if b.get("error_occurred"):
                 continue
@@ -183,8 +194,7 @@ def chart(out, paths):
 def load_averages(paths):
     out = []
     for path in paths:
-        with open(path) as f:
-            la = json.load(f).get("context", {}).get("load_avg")
+        la = read_json(path).get("context", {}).get("load_avg")
         if la:
             out.append("%s: %s" % (os.path.basename(path), " ".join("%.1f" % x for x in la)))
     return out
@@ -389,21 +399,14 @@ def main(argv):
         print(__doc__.strip())
         return 0
     command = argv[1]
-    # Every file the command reads must be a benchmark JSON file: say which
-    # one is not, rather than a traceback.
-    inputs = argv[2:]
-    if command == "chart":
-        inputs = argv[3:]
-    elif command == "table" and inputs[:1] == ["--cpu"]:
-        inputs = inputs[2:]
-    for path in inputs:
-        try:
-            with open(path) as f:
-                json.load(f)
-        except (OSError, ValueError) as e:
-            print("report.py %s: cannot read %s as benchmark JSON: %s" % (command, path, e),
-                  file=sys.stderr)
-            return 2
+    try:
+        return run(command, argv)
+    except InputError as e:
+        print("report.py %s: %s" % (command, e), file=sys.stderr)
+        return 2
+
+
+def run(command, argv):
     if command == "summary" and len(argv) >= 3:
         summary(argv[2:])
     elif command == "chart" and len(argv) >= 4:

@@ -420,10 +420,11 @@ HWY_NOINLINE void SegmentKeysApart(const float* HWY_RESTRICT q, int dim, const T
 // SegmentsAheadBytes ahead as requests.segments says, so that memory
 // serves four sequential streams at once instead of one. A block's 16
 // scores go, 16 floats side by side, to side ([seg][group / 4][16]); after
-// the pass they are transposed into scores. Stored straight to their slots, 16 scores of
-// a block in 16 places, they cost the four streams their gain
-// (bench/alternate/walk-modes.patch, modes 6 and 15); transposed every 16
-// rows along the pass (stop 43, 9 rounds), 1.04-1.09 of the time cold.
+// the pass they are transposed into scores. Stored straight to their
+// slots, 16 scores of a block in 16 places, they cost the four streams
+// their gain (bench/alternate/walk-modes.patch, modes 6 and 15); transposed
+// every 16 rows along the pass (stop 43, 9 rounds), 1.04-1.09 of the time
+// cold.
 // maxima [group]: each head's largest score over the n rows, taken along
 // the transpose: MaxOf's value over them (the largest of the same floats
 // in another order, so at most the sign of a zero differs, which no

@@ -46,6 +46,15 @@ using kvspec::Attend;
 using kvspec::KvView;
 using kvspec::Mask;
 
+// A linear congruential generator's floats, uniform in [lo, hi).
+struct Uniform {
+  uint32_t seed;
+  float operator()(float lo, float hi) {
+    seed = seed * 1664525u + 1013904223u;
+    return lo + (hi - lo) * static_cast<float>(seed >> 8) * (1.0f / 16777216.0f);
+  }
+};
+
 template <typename T>
 struct Cache {
   int dim, slots, copies, kv_heads = 8, q_heads = 32;
@@ -61,13 +70,9 @@ struct Cache {
     per = static_cast<size_t>(kv_heads) * slots * dim;
     k.resize(per * copies);
     v.resize(per * copies);
-    uint32_t x = 7;
-    const auto uniform = [&x] {
-      x = x * 1664525u + 1013904223u;
-      return static_cast<float>(x >> 8) * (1.0f / 16777216.0f) - 0.5f;
-    };
+    Uniform uniform{7};
     for (size_t i = 0; i < k.size(); ++i) {
-      const float a = uniform(), b = uniform();
+      const float a = uniform(-0.5f, 0.5f), b = uniform(-0.5f, 0.5f);
       if constexpr (sizeof(T) == 2) {
         k[i] = kvspec::FloatToBf16(a);
         v[i] = kvspec::FloatToBf16(b);
@@ -125,15 +130,6 @@ std::string Range(std::vector<double> v) {
   return text;
 }
 
-// A linear congruential generator's floats, uniform in [lo, hi).
-struct Uniform {
-  uint32_t seed;
-  float operator()(float lo, float hi) {
-    seed = seed * 1664525u + 1013904223u;
-    return lo + (hi - lo) * static_cast<float>(seed >> 8) * (1.0f / 16777216.0f);
-  }
-};
-
 // `calls` calls of call() per setting and round, off then on in each
 // round: microseconds per call of each setting per round, and the rounds'
 // on/off ratios.
@@ -159,7 +155,8 @@ Rounds Alternate(int rounds, int calls, F&& call) {
 template <typename T>
 void Run(int dim, int rounds, int tokens) {
   const size_t cold_bytes = size_t{2} * 8 * static_cast<size_t>(tokens) * dim * sizeof(T);
-  Cache<T> cold(dim, tokens, static_cast<int>(std::max<size_t>(4, (size_t{600} << 20) / cold_bytes)));
+  const size_t copies = std::max<size_t>(4, (size_t{600} << 20) / cold_bytes);
+  Cache<T> cold(dim, tokens, static_cast<int>(copies));
   Cache<T> hot(dim, 128, 1);
   std::vector<float> q(32 * static_cast<size_t>(dim), 0.01f), out(q.size());
   std::vector<double> tc[2], th[2], rc, rh;
@@ -185,16 +182,9 @@ void RunWindow(int rounds) {
   const int dim = 128, queries = 64;
   Cache<float> cache(dim, 1024 + queries, 1, queries);
   std::vector<float> q(static_cast<size_t>(queries) * 32 * dim, 0.01f), out(q.size());
-  std::vector<double> t[2], r;
-  for (int i = 0; i < rounds; ++i) {
-    for (int m = 0; m < 2; ++m) {
-      g_kvspec_toggle = m == 1;
-      t[m].push_back(cache.Time(q.data(), out.data(), 3));
-    }
-    r.push_back(t[1].back() / t[0].back());
-  }
+  const Rounds r = Alternate(rounds, 3, [&] { cache.Time(q.data(), out.data(), 1); });
   std::printf("f32  window 1024 + 64, dim 128 (hot): off %7.3f ms, on %7.3f ms, on/off %s\n",
-              Median(t[0]), Median(t[1]), Range(r).c_str());
+              Median(r.t[0]) / 1000, Median(r.t[1]) / 1000, Range(r.ratio).c_str());
   std::fflush(stdout);
 }
 
@@ -285,22 +275,22 @@ int main(int argc, char** argv) {
                  kernel);
     return 2;
   }
-  std::printf("%d rounds; medians over the rounds, on/off: median [min..max] of the rounds' ratios\n",
-              rounds);
+  std::printf(
+      "%d rounds; medians over the rounds, on/off: median [min..max] of the rounds' ratios\n",
+      rounds);
+  // Every kernel dispatches as attention does.
+  std::printf("target %s\n", kvspec::AttentionTargetName());
   if (which == "conv") {
-    std::printf("target %s\n", kvspec::AttentionTargetName());  // the same dispatch
     for (size_t channels : {size_t{8192}, size_t{1024}}) {
       for (size_t k : {size_t{4}, size_t{1}}) RunConv(rounds, channels, k);
     }
     return 0;
   }
   if (which == "gated") {
-    std::printf("target %s\n", kvspec::AttentionTargetName());  // the same dispatch
     RunGated(rounds, false);
     RunGated(rounds, true);
     return 0;
   }
-  std::printf("target %s\n", kvspec::AttentionTargetName());
   for (int dim : {64, 128, 256}) {
     Run<float>(dim, rounds, static_cast<int>(tokens));
     Run<uint16_t>(dim, rounds, static_cast<int>(tokens));
