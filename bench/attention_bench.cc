@@ -76,17 +76,17 @@
 #include <time.h>
 
 #ifdef KVSPEC_GGML_PEERS
-#include "bench/ggml_peers.h"
+#include "kvspec/bench/ggml_peers.h"
 #endif
-#include "bench/limits.h"
-#include "bench/records.h"
-#include "bench/target_scope.h"
-#include "kernels/aligned_vector.h"
-#include "kernels/attention.h"
-#include "kernels/thread_pool.h"
-#include "core/cache.h"
-#include "core/kv_cache.h"
-#include "core/mask.h"
+#include "kvspec/bench/limits.h"
+#include "kvspec/bench/records.h"
+#include "kvspec/bench/dispatch_check.h"
+#include "kvspec/kernels/aligned_vector.h"
+#include "kvspec/kernels/attention.h"
+#include "kvspec/kernels/thread_pool.h"
+#include "kvspec/core/cache.h"
+#include "kvspec/core/kv_cache.h"
+#include "kvspec/core/mask_builder.h"
 #include "hwy/targets.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
@@ -965,7 +965,7 @@ void RegisterGgmlPeers() {
 }  // namespace
 }  // namespace kvspec
 
-// Called by bench/main.cc.
+// Called by bench/bench_main.cc.
 namespace kvspec::bench {
 void RegisterBenchmarks() {
   kvspec::RegisterAll();

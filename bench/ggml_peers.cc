@@ -1,5 +1,5 @@
 // ggml peers (bench/ggml_peers.h).
-#include "bench/ggml_peers.h"
+#include "kvspec/bench/ggml_peers.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "bench/records.h"
+#include "kvspec/bench/records.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml.h"

@@ -1,11 +1,11 @@
 // Peak single-core FP32 multiply-add rate, a multi-stream read probe and
 // the conv step's traffic, per Highway target: the limits the benchmarks
 // are reported against (bench/limits.h).
-#include "bench/limits.h"
+#include "kvspec/bench/limits.h"
 
 #include <algorithm>
 
-#include "kernels/conv1d.h"  // kConvBlock
+#include "kvspec/kernels/conv1d.h"  // kConvBlock
 
 // foreach_target.h includes this file once per target: declared once.
 #ifndef KVSPEC_BENCH_LIMITS_CONSTANTS
@@ -20,10 +20,10 @@ constexpr size_t kAhead = 2048;
 #endif
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "bench/limits.cc"
+#define HWY_TARGET_INCLUDE "kvspec/bench/limits.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "kernels/attention-inl.h"  // LoadLanes, PrefetchSpan: the kernel's own
+#include "kvspec/kernels/attention-inl.h"  // LoadLanes, PrefetchSpan: the kernel's own
 
 HWY_BEFORE_NAMESPACE();
 namespace kvspec {

@@ -1,5 +1,5 @@
 // Limits measured in this process (bench/records.h).
-#include "bench/records.h"
+#include "kvspec/bench/records.h"
 
 #include <time.h>
 
@@ -7,8 +7,8 @@
 #include <chrono>
 #include <string>
 
-#include "bench/limits.h"
-#include "bench/target_scope.h"
+#include "kvspec/bench/limits.h"
+#include "kvspec/bench/dispatch_check.h"
 
 namespace kvspec {
 namespace bench {

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/kv_cache.h"
+#include "kvspec/core/kv_cache.h"
 
 namespace kvspec {
 namespace {
@@ -77,7 +77,7 @@ void BM_RingWrite(benchmark::State& state) {
 }  // namespace
 }  // namespace kvspec
 
-// Called by bench/main.cc.
+// Called by bench/bench_main.cc.
 namespace kvspec::bench {
 void RegisterBenchmarks() {
   for (const int64_t columns : {1, 16, 128}) {

@@ -78,17 +78,17 @@
 #include <time.h>
 
 #ifdef KVSPEC_GGML_PEERS
-#include "bench/ggml_peers.h"
+#include "kvspec/bench/ggml_peers.h"
 #endif
-#include "bench/limits.h"
-#include "bench/records.h"
-#include "bench/target_scope.h"
-#include "core/cache.h"
-#include "kernels/aligned_vector.h"
-#include "kernels/conv1d.h"
-#include "kernels/gated_delta.h"
-#include "kernels/thread_pool.h"
-#include "core/ssm_cache.h"
+#include "kvspec/bench/limits.h"
+#include "kvspec/bench/records.h"
+#include "kvspec/bench/dispatch_check.h"
+#include "kvspec/core/cache.h"
+#include "kvspec/kernels/aligned_vector.h"
+#include "kvspec/kernels/conv1d.h"
+#include "kvspec/kernels/gated_delta.h"
+#include "kvspec/kernels/thread_pool.h"
+#include "kvspec/core/ssm_cache.h"
 #include "hwy/targets.h"
 
 namespace kvspec {
@@ -853,7 +853,7 @@ void RegisterGgmlPeers() {
 }  // namespace
 }  // namespace kvspec
 
-// Called by bench/main.cc.
+// Called by bench/bench_main.cc.
 namespace kvspec::bench {
 void RegisterBenchmarks() {
   kvspec::RegisterAll();

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "hwy/targets.h"
-#include "kernels/attention.h"
-#include "trace/json.h"
-#include "trace/runner.h"
+#include "kvspec/kernels/attention.h"
+#include "kvspec/trace/json.h"
+#include "kvspec/runner/runner.h"
 
 namespace {
 

@@ -1,11 +1,11 @@
 # `cmake --install`: the library's headers and static libraries, the
 # `kvspec` command, and a CMake package so that a consumer writes
 #   find_package(kvspec REQUIRED)
-#   target_link_libraries(app PRIVATE kvspec::trace)   # or kvspec::core, ...
-# Headers go to <prefix>/include/kvspec/{kernels,core,core/codec,trace}/ and
-# are included as "core/layout.h" and so on (the targets add
-# <prefix>/include/kvspec to the include path). Only public headers are
-# installed: the *_internal.h, *-inl.h and test headers stay in the tree.
+#   target_link_libraries(app PRIVATE kvspec::kvspec)   # or kvspec::core, ...
+# and includes <kvspec/core/layout.h> and so on: headers go to
+# <prefix>/include/kvspec/{base,kernels,core,core/codec,trace,runner}/ and
+# the targets add <prefix>/include to the include path. Only public headers
+# are installed: the *_internal.h, *-inl.h and test headers stay in the tree.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -13,36 +13,35 @@ set(kvspec_install_include ${CMAKE_INSTALL_INCLUDEDIR}/kvspec)
 
 # The public headers of each folder.
 set(kvspec_public_headers
-  kernels/aligned_vector.h kernels/attention.h kernels/conv1d.h kernels/gated_delta.h kernels/kv_view.h
-  kernels/mask.h
-  core/batch.h core/cache.h core/kind.h core/kv_cache.h core/layer_config.h
-  core/layout.h core/mask.h core/ssm_cache.h core/status.h
+  base/kind.h base/layer_config.h base/status.h
+  kernels/aligned_vector.h kernels/attention.h kernels/conv1d.h kernels/gated_delta.h
+  kernels/kv_view.h kernels/mask.h kernels/thread_pool.h
+  core/batch.h core/cache.h core/invariants.h core/kv_cache.h core/layout.h
+  core/mask_builder.h core/ssm_cache.h
   core/codec/codec.h
-  trace/program.h trace/runner.h trace/values.h)
-# Headers that exist only on some branches of the tree's history are
-# installed when present (core/invariants.h: CheckInvariants helpers).
-foreach(optional core/invariants.h)
-  if(EXISTS ${PROJECT_SOURCE_DIR}/${optional})
-    list(APPEND kvspec_public_headers ${optional})
-  endif()
-endforeach()
+  trace/program.h trace/values.h trace/json.h
+  runner/runner.h)
 foreach(header IN LISTS kvspec_public_headers)
   get_filename_component(dir ${header} DIRECTORY)
   install(FILES ${header} DESTINATION ${kvspec_install_include}/${dir})
 endforeach()
 
-set(kvspec_library_targets kvspec_kernels kvspec_core kvspec_codec kvspec_trace)
-if(TARGET kvspec_trace_format)
-  list(APPEND kvspec_library_targets kvspec_trace_format)
-endif()
+# kvspec::kvspec: everything a consumer needs (the runner and all below it).
+add_library(kvspec_all INTERFACE)
+target_link_libraries(kvspec_all INTERFACE kvspec_runner)
+set_target_properties(kvspec_all PROPERTIES EXPORT_NAME kvspec)
+add_library(kvspec::kvspec ALIAS kvspec_all)
+
+set(kvspec_library_targets kvspec_base kvspec_kernels kvspec_core kvspec_codec kvspec_trace
+    kvspec_runner)
 foreach(target IN LISTS kvspec_library_targets)
   string(REGEX REPLACE "^kvspec_" "" export_name ${target})
   set_target_properties(${target} PROPERTIES EXPORT_NAME ${export_name})
   target_include_directories(${target} INTERFACE
-                             $<INSTALL_INTERFACE:${kvspec_install_include}>)
+                             $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 endforeach()
 set_target_properties(kvspec_options PROPERTIES EXPORT_NAME options)  # empty outside the build
-install(TARGETS ${kvspec_library_targets} kvspec_options
+install(TARGETS ${kvspec_library_targets} kvspec_all kvspec_options
         EXPORT kvspecTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

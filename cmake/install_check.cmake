@@ -2,7 +2,7 @@
 #   cmake -DBUILD_DIR=... -DPREFIX=... -DEXAMPLE=... -DCXX=... -DHEADERS=a;b -P install_check.cmake
 # 1. cmake --install BUILD_DIR --prefix PREFIX (a fresh PREFIX);
 # 2. every installed header compiles on its own (-fsyntax-only, against
-#    PREFIX/include/kvspec only);
+#    PREFIX/include only);
 # 3. EXAMPLE is configured with find_package(kvspec) from PREFIX, built,
 #    and run (it must exit 0).
 cmake_minimum_required(VERSION 3.22)
@@ -24,9 +24,9 @@ foreach(header IN LISTS HEADERS)
     message(FATAL_ERROR "not installed: ${header}")
   endif()
   set(unit ${PREFIX}/header-check.cc)
-  file(WRITE ${unit} "#include \"${header}\"\n")
+  file(WRITE ${unit} "#include <kvspec/${header}>\n")
   run(${CXX} -std=c++17 -fsyntax-only -Wall -Wextra -Werror
-      -I${PREFIX}/include/kvspec ${unit})
+      -I${PREFIX}/include ${unit})
   math(EXPR count "${count} + 1")
 endforeach()
 message(STATUS "${count} installed headers compile on their own")

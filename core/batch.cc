@@ -1,13 +1,13 @@
-#include "core/batch.h"
+#include "kvspec/core/batch.h"
 
 #include <algorithm>
 #include <exception>
 #include <limits>
 #include <string>
 
-#include "core/invariants.h"
-#include "core/kv_cache.h"
-#include "core/ssm_cache.h"
+#include "kvspec/core/invariants.h"
+#include "kvspec/core/kv_cache.h"
+#include "kvspec/core/ssm_cache.h"
 
 namespace kvspec {
 namespace {

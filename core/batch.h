@@ -13,8 +13,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/cache.h"
-#include "core/status.h"
+#include "kvspec/core/cache.h"
+#include "kvspec/base/status.h"
 
 namespace kvspec {
 

@@ -1,4 +1,4 @@
-#include "core/cache.h"
+#include "kvspec/core/cache.h"
 
 namespace kvspec {
 

@@ -16,12 +16,12 @@
 #include <string_view>
 #include <vector>
 
-#include "core/kind.h"
-#include "core/status.h"
+#include "kvspec/base/kind.h"
+#include "kvspec/base/status.h"
 
 namespace kvspec {
 
-// Capability predicates on kind strings (core/kind.h): they fail closed,
+// Capability predicates on kind strings (base/kind.h): they fail closed,
 // anything not listed is not capable.
 
 bool IsPlainKvCache(std::string_view kind);      // kv, batched_kv

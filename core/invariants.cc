@@ -2,7 +2,7 @@
 // layout: one statement of each invariant listed at those classes. The codec
 // refuses a decoded state these reject; debug builds abort on one after an
 // operation (core/invariants.h).
-#include "core/invariants.h"
+#include "kvspec/core/invariants.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -13,10 +13,10 @@
 #include <limits>
 #include <string>
 
-#include "core/kv_cache.h"
-#include "core/layout.h"
-#include "core/ssm_cache.h"
-#include "kernels/conv1d.h"
+#include "kvspec/core/kv_cache.h"
+#include "kvspec/core/layout.h"
+#include "kvspec/core/ssm_cache.h"
+#include "kvspec/kernels/conv1d.h"
 
 namespace kvspec {
 

@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/status.h"
+#include "kvspec/base/status.h"
 
 #if !defined(NDEBUG) || (defined(KVSPEC_CHECK_INVARIANTS) && KVSPEC_CHECK_INVARIANTS)
 #define KVSPEC_INVARIANTS_CHECKED 1

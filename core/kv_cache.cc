@@ -1,4 +1,4 @@
-#include "core/kv_cache.h"
+#include "kvspec/core/kv_cache.h"
 
 #include <algorithm>
 #include <cstring>

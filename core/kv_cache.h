@@ -10,11 +10,11 @@
 #include <string_view>
 #include <vector>
 
-#include "core/cache.h"
-#include "core/invariants.h"
-#include "core/mask.h"
-#include "kernels/aligned_vector.h"
-#include "kernels/kv_view.h"
+#include "kvspec/core/cache.h"
+#include "kvspec/core/invariants.h"
+#include "kvspec/core/mask_builder.h"
+#include "kvspec/kernels/aligned_vector.h"
+#include "kvspec/kernels/kv_view.h"
 
 namespace kvspec {
 

@@ -1,11 +1,11 @@
-#include "core/layout.h"
+#include "kvspec/core/layout.h"
 
 #include <algorithm>
 #include <exception>
 #include <limits>
 
-#include "core/batch.h"
-#include "kernels/conv1d.h"
+#include "kvspec/core/batch.h"
+#include "kvspec/kernels/conv1d.h"
 
 namespace kvspec {
 

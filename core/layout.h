@@ -44,14 +44,14 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention.h"
-#include "core/cache.h"
-#include "core/invariants.h"
-#include "core/kv_cache.h"
-#include "core/layer_config.h"
-#include "core/mask.h"
-#include "core/ssm_cache.h"
-#include "core/status.h"
+#include "kvspec/kernels/attention.h"
+#include "kvspec/core/cache.h"
+#include "kvspec/core/invariants.h"
+#include "kvspec/core/kv_cache.h"
+#include "kvspec/base/layer_config.h"
+#include "kvspec/core/mask_builder.h"
+#include "kvspec/core/ssm_cache.h"
+#include "kvspec/base/status.h"
 
 namespace kvspec {
 

@@ -1,11 +1,11 @@
-#include "core/ssm_cache.h"
+#include "kvspec/core/ssm_cache.h"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
-#include "kernels/conv1d.h"
-#include "core/kv_cache.h"  // CheckForwardColumns
+#include "kvspec/kernels/conv1d.h"
+#include "kvspec/core/kv_cache.h"  // CheckForwardColumns
 
 namespace kvspec {
 

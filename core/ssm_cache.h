@@ -42,10 +42,10 @@
 #include <string_view>
 #include <vector>
 
-#include "core/cache.h"
-#include "core/invariants.h"
-#include "kernels/aligned_vector.h"
-#include "kernels/gated_delta.h"
+#include "kvspec/core/cache.h"
+#include "kvspec/core/invariants.h"
+#include "kvspec/kernels/aligned_vector.h"
+#include "kvspec/kernels/gated_delta.h"
 
 namespace kvspec {
 

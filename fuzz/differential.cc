@@ -1,4 +1,4 @@
-#include "fuzz/differential.h"
+#include "kvspec/fuzz/differential.h"
 
 #include <algorithm>
 #include <charconv>
@@ -8,8 +8,8 @@
 #include <sstream>
 #include <string_view>
 
-#include "trace/runner.h"
-#include "fuzz/known_issues.h"
+#include "kvspec/runner/runner.h"
+#include "kvspec/fuzz/known_issues.h"
 
 namespace kvspec::fuzz {
 

@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "trace/program.h"
-#include "testing/trace_model.h"
+#include "kvspec/trace/program.h"
+#include "kvspec/testing/trace_model.h"
 
 namespace kvspec::fuzz {
 

@@ -1,6 +1,6 @@
 // kvspec::fuzz::CompareKernelSets: what a Highway run and a reference run
 // of one program may and may not differ in.
-#include "fuzz/differential.h"
+#include "kvspec/fuzz/differential.h"
 
 #include <string>
 #include <vector>

@@ -25,8 +25,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/codec/codec.h"
-#include "core/layout.h"
+#include "kvspec/core/codec/codec.h"
+#include "kvspec/core/layout.h"
 
 namespace {
 
@@ -170,7 +170,7 @@ void ReplacedRelease(void* p, size_t) noexcept {
 
 }  // namespace
 
-#include "testing/replace_new.h"
+#include "kvspec/testing/replace_new.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

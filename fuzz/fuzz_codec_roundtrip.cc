@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "core/codec/codec.h"
-#include "core/layout.h"
-#include "trace/runner.h"
+#include "kvspec/core/codec/codec.h"
+#include "kvspec/core/layout.h"
+#include "kvspec/runner/runner.h"
 
 namespace {
 

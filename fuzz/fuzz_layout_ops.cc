@@ -1,5 +1,5 @@
 // Differential fuzz target: random trace programs on kv, ring and ssm
-// (recurrent) layers, run by the real runner (trace/runner.h: layouts,
+// (recurrent) layers, run by the real runner (runner/runner.h: layouts,
 // caches, masks, kernels) and by the independent model (testing/trace_model.h). Any
 // difference in standard output, exit status, the refusal line or the
 // failed expectations prints the trace and both outputs and traps.
@@ -51,10 +51,10 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
-#include "trace/program.h"
-#include "fuzz/differential.h"
-#include "fuzz/known_issues.h"
-#include "testing/trace_model.h"
+#include "kvspec/trace/program.h"
+#include "kvspec/fuzz/differential.h"
+#include "kvspec/fuzz/known_issues.h"
+#include "kvspec/testing/trace_model.h"
 #include "hwy/targets.h"
 
 #if defined(__has_feature)

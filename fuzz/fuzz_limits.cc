@@ -36,9 +36,9 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
-#include "trace/program.h"
-#include "trace/runner.h"
-#include "fuzz/differential.h"
+#include "kvspec/trace/program.h"
+#include "kvspec/runner/runner.h"
+#include "kvspec/fuzz/differential.h"
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)

@@ -38,12 +38,12 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/attention.h"
-#include "kernels/gated_delta.h"
-#include "trace/program.h"
-#include "trace/runner.h"
-#include "fuzz/differential.h"
-#include "fuzz/known_issues.h"
+#include "kvspec/kernels/attention.h"
+#include "kvspec/kernels/gated_delta.h"
+#include "kvspec/trace/program.h"
+#include "kvspec/runner/runner.h"
+#include "kvspec/fuzz/differential.h"
+#include "kvspec/fuzz/known_issues.h"
 #include "hwy/targets.h"
 
 namespace {

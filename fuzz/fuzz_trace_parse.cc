@@ -22,10 +22,10 @@
 #include <string_view>
 #include <vector>
 
-#include "trace/program.h"
-#include "fuzz/differential.h"
-#include "fuzz/known_issues.h"
-#include "testing/trace_model.h"
+#include "kvspec/trace/program.h"
+#include "kvspec/fuzz/differential.h"
+#include "kvspec/fuzz/known_issues.h"
+#include "kvspec/testing/trace_model.h"
 
 namespace {
 

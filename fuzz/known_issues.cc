@@ -1,4 +1,4 @@
-#include "fuzz/known_issues.h"
+#include "kvspec/fuzz/known_issues.h"
 
 #include <cstdlib>
 
@@ -28,7 +28,7 @@ bool MayReachKnownIssue(const trace::Program& program, std::string* which) {
 // could reach what the runner did not bound yet (ssm states allocated
 // before the budget was checked; a forward's inputs, outputs, round record
 // and read-back outside it; a read-back quadratic in the queries). The
-// runner now budgets all of them before it allocates (trace/runner_budget.cc;
+// runner now budgets all of them before it allocates (runner/runner_budget.cc;
 // corpus/bad/limit_*.trace), and fuzz_limits runs every program it makes.
 // Fixed before that: `filter`, `join` and `extract` gathered a rotating
 // layer's rows into a store of its full capacity, before any budget check

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <string>
 
-#include "trace/program.h"
+#include "kvspec/trace/program.h"
 
 namespace kvspec::fuzz {
 

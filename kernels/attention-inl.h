@@ -11,8 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/attention.h"  // RowRequest
-#include "kernels/kv_view.h"
+#include "kvspec/kernels/attention.h"  // RowRequest
+#include "kvspec/kernels/kv_view.h"
 
 #if defined(KVSPEC_KERNELS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef KVSPEC_KERNELS_ATTENTION_INL_H_
@@ -24,7 +24,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
-#include "kernels/in_register-inl.h"
+#include "kvspec/kernels/in_register-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvspec {

@@ -20,7 +20,7 @@
 // of line, as the lambdas here were, so the hot loops compile as before
 // (inlined into the block loop, the benchmarks measured the same within
 // noise).
-#include "kernels/attention.h"
+#include "kvspec/kernels/attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -35,11 +35,11 @@
 #endif
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/attention.cc"
+#define HWY_TARGET_INCLUDE "kvspec/kernels/attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "kernels/attention-inl.h"
-#include "kernels/thread_pool.h"
+#include "kvspec/kernels/attention-inl.h"
+#include "kvspec/kernels/thread_pool.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvspec {

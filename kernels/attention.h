@@ -24,8 +24,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/kv_view.h"
-#include "kernels/mask.h"
+#include "kvspec/kernels/kv_view.h"
+#include "kvspec/kernels/mask.h"
 
 namespace kvspec {
 

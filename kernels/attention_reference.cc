@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/attention.h"
+#include "kvspec/kernels/attention.h"
 
 namespace kvspec {
 namespace {

@@ -30,12 +30,12 @@
 #include <vector>
 
 #include "hwy/targets.h"
-#include "kernels/attention.h"
-#include "kernels/kv_view.h"
-#include "kernels/mask.h"
-#include "kernels/test_random.h"
-#include "kernels/thread_pool.h"
-#include "testing/target_params.h"
+#include "kvspec/kernels/attention.h"
+#include "kvspec/kernels/kv_view.h"
+#include "kvspec/kernels/mask.h"
+#include "kvspec/kernels/test_random.h"
+#include "kvspec/kernels/thread_pool.h"
+#include "kvspec/testing/target_params.h"
 
 namespace kvspec {
 namespace {

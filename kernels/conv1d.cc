@@ -1,12 +1,12 @@
 // Causal conv1d step: the Highway version (per target), dispatched once per
 // call; the state shift the scalar reference (conv1d_reference.cc) and
 // replays use, and the layout conversions (conv1d.h).
-#include "kernels/conv1d.h"
+#include "kvspec/kernels/conv1d.h"
 
 #include <cstring>
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/conv1d.cc"
+#define HWY_TARGET_INCLUDE "kvspec/kernels/conv1d.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "kernels/conv1d.h"
+#include "kvspec/kernels/conv1d.h"
 
 namespace kvspec {
 

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/conv1d.h"
-#include "kernels/test_random.h"
-#include "testing/target_params.h"
+#include "kvspec/kernels/conv1d.h"
+#include "kvspec/kernels/test_random.h"
+#include "kvspec/testing/target_params.h"
 
 namespace kvspec {
 namespace {

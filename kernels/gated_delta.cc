@@ -1,17 +1,17 @@
 // Gated delta rule: the Highway version (per target), dispatched once per
 // call. The scalar reference is in gated_delta_reference.cc.
-#include "kernels/gated_delta.h"
-#include "kernels/thread_pool.h"
+#include "kvspec/kernels/gated_delta.h"
+#include "kvspec/kernels/thread_pool.h"
 
 #include <cmath>
 
 #include "hwy/cache_control.h"  // hwy::Prefetch
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/gated_delta.cc"
+#define HWY_TARGET_INCLUDE "kvspec/kernels/gated_delta.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "kernels/in_register-inl.h"
+#include "kvspec/kernels/in_register-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvspec {

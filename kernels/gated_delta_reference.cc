@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "kernels/gated_delta.h"
+#include "kvspec/kernels/gated_delta.h"
 
 namespace kvspec {
 

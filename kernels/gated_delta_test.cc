@@ -21,10 +21,10 @@
 
 #include <gtest/gtest.h>
 
-#include "kernels/gated_delta.h"
-#include "kernels/thread_pool.h"
-#include "kernels/test_random.h"
-#include "testing/target_params.h"
+#include "kvspec/kernels/gated_delta.h"
+#include "kvspec/kernels/thread_pool.h"
+#include "kvspec/kernels/test_random.h"
+#include "kvspec/testing/target_params.h"
 
 namespace kvspec {
 namespace {

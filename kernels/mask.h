@@ -1,5 +1,5 @@
 // The mask the attention kernel reads, in physical slot order: which stored
-// slots each query of a forward admits (core/mask.h builds it from a
+// slots each query of a forward admits (core/mask_builder.h builds it from a
 // cache's positions). Plain types only; no cache code.
 #pragma once
 

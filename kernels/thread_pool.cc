@@ -1,4 +1,4 @@
-#include "kernels/thread_pool.h"
+#include "kvspec/kernels/thread_pool.h"
 
 #include <algorithm>
 #include <chrono>

@@ -3,7 +3,7 @@
 // count (fewer tasks than threads, counts that do not divide evenly) and
 // the gap between Runs (workers still spinning, or asleep on the condition
 // variable, or between the two).
-#include "kernels/thread_pool.h"
+#include "kvspec/kernels/thread_pool.h"
 
 #include <gtest/gtest.h>
 

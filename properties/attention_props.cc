@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention.h"
-#include "core/kv_cache.h"
-#include "core/mask.h"
-#include "trace/values.h"
-#include "testing/target_params.h"
+#include "kvspec/kernels/attention.h"
+#include "kvspec/core/kv_cache.h"
+#include "kvspec/core/mask_builder.h"
+#include "kvspec/trace/values.h"
+#include "kvspec/testing/target_params.h"
 
 namespace kvspec {
 namespace {

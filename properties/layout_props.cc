@@ -41,17 +41,17 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention.h"
-#include "core/kv_cache.h"
-#include "core/layout.h"
-#include "core/mask.h"
-#include "core/ssm_cache.h"
-#include "trace/program.h"
-#include "trace/runner.h"
-#include "trace/values.h"
-#include "properties/regression_writer.h"
-#include "testing/generators.h"
-#include "testing/trace_model.h"
+#include "kvspec/kernels/attention.h"
+#include "kvspec/core/kv_cache.h"
+#include "kvspec/core/layout.h"
+#include "kvspec/core/mask_builder.h"
+#include "kvspec/core/ssm_cache.h"
+#include "kvspec/trace/program.h"
+#include "kvspec/runner/runner.h"
+#include "kvspec/trace/values.h"
+#include "kvspec/properties/regression_writer.h"
+#include "kvspec/testing/generators.h"
+#include "kvspec/testing/trace_model.h"
 
 namespace kvspec {
 namespace trace {

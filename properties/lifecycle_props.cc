@@ -33,14 +33,14 @@
 #include <string>
 #include <vector>
 
-#include "core/batch.h"
-#include "core/codec/codec.h"
-#include "core/layout.h"
-#include "testing/generators.h"
-#include "testing/trace_model.h"
-#include "trace/runner.h"
-#include "trace/values.h"
-#include "properties/regression_writer.h"
+#include "kvspec/core/batch.h"
+#include "kvspec/core/codec/codec.h"
+#include "kvspec/core/layout.h"
+#include "kvspec/testing/generators.h"
+#include "kvspec/testing/trace_model.h"
+#include "kvspec/runner/runner.h"
+#include "kvspec/trace/values.h"
+#include "kvspec/properties/regression_writer.h"
 
 namespace kvspec {
 namespace {

@@ -1,4 +1,4 @@
-// "Refused, state unchanged" for every operation (DESIGN.md, core/status.h):
+// "Refused, state unchanged" for every operation (DESIGN.md, base/status.h):
 // a stateful property that drives random layouts through every operation a
 // trace can state (forwards and decodes with padding, trim, trim bypass,
 // arm, accept, ragged accept, fork, use, join, filter, extract, reload),
@@ -29,15 +29,15 @@
 #include <string>
 #include <vector>
 
-#include "core/batch.h"
-#include "core/codec/codec.h"
-#include "core/layout.h"
-#include "testing/fill.h"
-#include "testing/generators.h"
-#include "testing/target_params.h"
-#include "testing/target_scope.h"
-#include "testing/trace_model.h"
-#include "trace/program.h"
+#include "kvspec/core/batch.h"
+#include "kvspec/core/codec/codec.h"
+#include "kvspec/core/layout.h"
+#include "kvspec/testing/fill.h"
+#include "kvspec/testing/generators.h"
+#include "kvspec/testing/target_params.h"
+#include "kvspec/testing/target_scope.h"
+#include "kvspec/testing/trace_model.h"
+#include "kvspec/trace/program.h"
 
 namespace kvspec {
 namespace {

@@ -1,4 +1,4 @@
-#include "properties/regression_writer.h"
+#include "kvspec/properties/regression_writer.h"
 
 #include <unistd.h>
 
@@ -11,8 +11,8 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "trace/runner.h"
-#include "testing/values_oracle.h"
+#include "kvspec/runner/runner.h"
+#include "kvspec/testing/values_oracle.h"
 
 #ifndef KVSPEC_SOURCE_DIR
 #error "KVSPEC_SOURCE_DIR (the source tree) must be defined"

@@ -42,7 +42,7 @@
 #include <string>
 #include <vector>
 
-#include "testing/target_params.h"
+#include "kvspec/testing/target_params.h"
 
 namespace kvspec::regress {
 

@@ -25,12 +25,12 @@
 #include <string>
 #include <vector>
 
-#include "core/layout.h"
-#include "trace/runner.h"
-#include "trace/values.h"
-#include "properties/regression_writer.h"
-#include "testing/generators.h"
-#include "testing/trace_model.h"
+#include "kvspec/core/layout.h"
+#include "kvspec/runner/runner.h"
+#include "kvspec/trace/values.h"
+#include "kvspec/properties/regression_writer.h"
+#include "kvspec/testing/generators.h"
+#include "kvspec/testing/trace_model.h"
 
 namespace kvspec {
 namespace {

@@ -22,11 +22,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/conv1d.h"
-#include "kernels/gated_delta.h"
-#include "core/ssm_cache.h"
-#include "trace/values.h"
-#include "testing/target_params.h"
+#include "kvspec/kernels/conv1d.h"
+#include "kvspec/kernels/gated_delta.h"
+#include "kvspec/core/ssm_cache.h"
+#include "kvspec/trace/values.h"
+#include "kvspec/testing/target_params.h"
 
 namespace kvspec {
 namespace {

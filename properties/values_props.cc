@@ -31,12 +31,12 @@
 #include <string>
 #include <vector>
 
-#include "trace/program.h"
-#include "trace/runner.h"
-#include "properties/regression_writer.h"
-#include "testing/generators.h"
-#include "testing/target_params.h"
-#include "testing/values_oracle.h"
+#include "kvspec/trace/program.h"
+#include "kvspec/runner/runner.h"
+#include "kvspec/properties/regression_writer.h"
+#include "kvspec/testing/generators.h"
+#include "kvspec/testing/target_params.h"
+#include "kvspec/testing/values_oracle.h"
 
 namespace kvspec {
 namespace {

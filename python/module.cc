@@ -25,17 +25,17 @@
 #include <tuple>
 #include <vector>
 
-#include "core/codec/codec.h"
-#include "core/kind.h"
-#include "core/layer_config.h"
-#include "core/layout.h"
-#include "kernels/attention.h"
-#include "kernels/conv1d.h"
-#include "kernels/gated_delta.h"
-#include "trace/json.h"
-#include "trace/program.h"
-#include "trace/program.h"
-#include "trace/runner.h"
+#include "kvspec/core/codec/codec.h"
+#include "kvspec/base/kind.h"
+#include "kvspec/base/layer_config.h"
+#include "kvspec/core/layout.h"
+#include "kvspec/kernels/attention.h"
+#include "kvspec/kernels/conv1d.h"
+#include "kvspec/kernels/gated_delta.h"
+#include "kvspec/trace/json.h"
+#include "kvspec/trace/program.h"
+#include "kvspec/trace/program.h"
+#include "kvspec/runner/runner.h"
 
 namespace py = pybind11;
 

@@ -2,7 +2,7 @@
 // traces they generate (../shared/TRACE.md): a layer's `layer` line, a
 // whole header, statements built from their op structs and the trace text
 // of an operation. Header only, needs nothing but the trace format's
-// structs (trace/program.h, core/layer_config.h), so that a libFuzzer
+// structs (trace/program.h, base/layer_config.h), so that a libFuzzer
 // target, a RapidCheck property and a tool can all use it without linking
 // more.
 #pragma once
@@ -14,8 +14,8 @@
 
 #include <utility>
 
-#include "core/layer_config.h"
-#include "trace/program.h"
+#include "kvspec/base/layer_config.h"
+#include "kvspec/trace/program.h"
 
 namespace kvspec::testing {
 

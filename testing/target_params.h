@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "testing/target_scope.h"
+#include "kvspec/testing/target_scope.h"
 
 namespace kvspec::testing {
 

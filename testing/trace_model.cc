@@ -2,7 +2,7 @@
 // as possible. Every operation first decides whether it is refused, from the
 // rules alone, and only then changes anything, so a refusal never changes
 // the model.
-#include "testing/trace_model.h"
+#include "kvspec/testing/trace_model.h"
 
 #include <algorithm>
 #include <cstdlib>

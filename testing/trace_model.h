@@ -46,8 +46,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/layer_config.h"
-#include "trace/program.h"
+#include "kvspec/base/layer_config.h"
+#include "kvspec/trace/program.h"
 
 namespace kvspec::testing {
 

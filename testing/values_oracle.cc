@@ -2,7 +2,7 @@
 // TRACE.md's "Values" section line by line; nothing is shared with core/:
 // the parsed program and which tokens each query sees come from the trace
 // format and the trace model (testing/trace_model.h), the numbers from here.
-#include "testing/values_oracle.h"
+#include "kvspec/testing/values_oracle.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/layer_config.h"
-#include "testing/trace_model.h"
-#include "trace/program.h"
+#include "kvspec/base/layer_config.h"
+#include "kvspec/testing/trace_model.h"
+#include "kvspec/trace/program.h"
 
 namespace kvspec::oracle {
 namespace {

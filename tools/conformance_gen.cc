@@ -23,7 +23,7 @@
 
 #include <dirent.h>
 
-#include "testing/values_oracle.h"
+#include "kvspec/testing/values_oracle.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "trace/json.h"
+#include "kvspec/trace/json.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -27,7 +27,7 @@
 #include <string_view>
 #include <vector>
 
-#include "trace/program.h"
+#include "kvspec/trace/program.h"
 
 namespace kvspec::trace {
 

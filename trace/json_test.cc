@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "trace/json.h"
-#include "trace/runner.h"
+#include "kvspec/trace/json.h"
+#include "kvspec/runner/runner.h"
 
 #ifndef KVSPEC_SOURCE_DIR
 #error "KVSPEC_SOURCE_DIR (the source tree) must be defined"

@@ -87,8 +87,8 @@
 #include <string_view>
 #include <utility>
 
-#include "trace/parse_internal.h"
-#include "trace/program.h"
+#include "kvspec/trace/parse_internal.h"
+#include "kvspec/trace/program.h"
 
 namespace kvspec::trace {
 namespace parse_internal {

@@ -3,7 +3,7 @@
 #include <string_view>
 #include <utility>
 
-#include "trace/parse_internal.h"
+#include "kvspec/trace/parse_internal.h"
 
 namespace kvspec::trace::parse_internal {
 namespace {

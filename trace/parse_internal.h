@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/status.h"
-#include "trace/program.h"
+#include "kvspec/base/status.h"
+#include "kvspec/trace/program.h"
 
 namespace kvspec::trace::parse_internal {
 

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "trace/parse_internal.h"
+#include "kvspec/trace/parse_internal.h"
 
 namespace kvspec::trace::parse_internal {
 

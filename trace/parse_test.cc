@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "trace/parse_test_util.h"
-#include "trace/program.h"
+#include "kvspec/trace/parse_test_util.h"
+#include "kvspec/trace/program.h"
 
 namespace kvspec::trace::parse_test {
 namespace {

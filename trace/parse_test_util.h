@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "trace/program.h"
+#include "kvspec/trace/program.h"
 
 namespace kvspec::trace::parse_test {
 

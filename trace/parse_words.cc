@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "trace/parse_internal.h"
+#include "kvspec/trace/parse_internal.h"
 
 namespace kvspec::trace::parse_internal {
 namespace {

@@ -17,7 +17,7 @@
 #include <variant>
 #include <vector>
 
-#include "core/layer_config.h"
+#include "kvspec/base/layer_config.h"
 
 namespace kvspec::trace {
 
@@ -33,7 +33,7 @@ inline constexpr int kMaxForkExtract = 64;
 inline constexpr int64_t kMaxTokensPerRow = 1000000;
 inline constexpr int64_t kMaxInteger = 2147483647;   // 2^31 - 1
 // The most bytes of trace text: the parser refuses more, and
-// ReadTraceSource (trace/runner.h) reads no further than this.
+// ReadTraceSource (runner/runner.h) reads no further than this.
 inline constexpr size_t kMaxTraceBytes = size_t{4} << 20;  // at most ~1M statements
 
 enum class Op {

@@ -1,5 +1,5 @@
 // Token contents of ../shared/TRACE.md ("Values").
-#include "trace/values.h"
+#include "kvspec/trace/values.h"
 
 #include <cmath>
 #include <cstring>

@@ -30,13 +30,13 @@
 #include <string>
 #include <vector>
 
-#include "kernels/aligned_vector.h"
-#include "kernels/attention.h"
-#include "kernels/conv1d.h"
-#include "kernels/gated_delta.h"
-#include "kernels/kv_view.h"
-#include "kernels/mask.h"
-#include "testing/target_scope.h"
+#include "kvspec/kernels/aligned_vector.h"
+#include "kvspec/kernels/attention.h"
+#include "kvspec/kernels/conv1d.h"
+#include "kvspec/kernels/gated_delta.h"
+#include "kvspec/kernels/kv_view.h"
+#include "kvspec/kernels/mask.h"
+#include "kvspec/testing/target_scope.h"
 
 bool g_kvspec_toggle = true;
 

@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/status.h"
+#include "kvspec/base/status.h"
 
 namespace kvspec {
 namespace codec_internal {

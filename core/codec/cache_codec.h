@@ -11,13 +11,13 @@
 #include <memory>
 #include <vector>
 
-#include "core/cache.h"
-#include "core/codec/byte_io.h"
-#include "core/kv_cache.h"
-#include "core/layout.h"
-#include "core/ssm_cache.h"
-#include "core/status.h"
-#include "kernels/conv1d.h"
+#include "kvspec/core/cache.h"
+#include "kvspec/core/codec/byte_io.h"
+#include "kvspec/core/kv_cache.h"
+#include "kvspec/core/layout.h"
+#include "kvspec/core/ssm_cache.h"
+#include "kvspec/base/status.h"
+#include "kvspec/kernels/conv1d.h"
 
 namespace kvspec {
 

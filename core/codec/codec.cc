@@ -1,15 +1,15 @@
 // The codec's entry points for single caches (core/codec/codec.h); the
 // per-kind codecs are in column_codec.cc and ssm_codec.cc, layouts in
 // layout_codec.cc.
-#include "core/codec/codec.h"
+#include "kvspec/core/codec/codec.h"
 
 #include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
 
-#include "core/codec/cache_codec.h"
-#include "core/invariants.h"
+#include "kvspec/core/codec/cache_codec.h"
+#include "kvspec/core/invariants.h"
 
 namespace kvspec {
 

@@ -37,9 +37,9 @@
 #include <string>
 #include <string_view>
 
-#include "core/cache.h"
-#include "core/layout.h"
-#include "core/status.h"
+#include "kvspec/core/cache.h"
+#include "kvspec/core/layout.h"
+#include "kvspec/base/status.h"
 
 namespace kvspec {
 

@@ -22,12 +22,12 @@
 #include <string>
 #include <vector>
 
-#include "core/codec/codec.h"
-#include "core/kv_cache.h"
-#include "core/layout.h"
-#include "core/ssm_cache.h"
-#include "core/tests/layout_test_util.h"
-#include "trace/runner.h"
+#include "kvspec/core/codec/codec.h"
+#include "kvspec/core/kv_cache.h"
+#include "kvspec/core/layout.h"
+#include "kvspec/core/ssm_cache.h"
+#include "kvspec/core/tests/layout_test_util.h"
+#include "kvspec/runner/runner.h"
 
 namespace kvspec {
 namespace {

@@ -3,7 +3,7 @@
 #include <memory>
 #include <utility>
 
-#include "core/codec/cache_codec.h"
+#include "kvspec/core/codec/cache_codec.h"
 
 namespace kvspec {
 

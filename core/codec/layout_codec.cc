@@ -6,10 +6,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/codec/cache_codec.h"
-#include "core/codec/codec.h"
-#include "core/invariants.h"
-#include "kernels/conv1d.h"
+#include "kvspec/core/codec/cache_codec.h"
+#include "kvspec/core/codec/codec.h"
+#include "kvspec/core/invariants.h"
+#include "kvspec/kernels/conv1d.h"
 
 namespace kvspec {
 

@@ -4,8 +4,8 @@
 #include <memory>
 #include <utility>
 
-#include "core/codec/cache_codec.h"
-#include "kernels/conv1d.h"
+#include "kvspec/core/codec/cache_codec.h"
+#include "kvspec/kernels/conv1d.h"
 
 namespace kvspec {
 

@@ -15,15 +15,15 @@
 #include <string>
 #include <vector>
 
-#include "core/batch.h"
-#include "core/codec/codec.h"
-#include "core/kv_cache.h"
-#include "core/layout.h"
-#include "core/tests/layout_test_util.h"
-#include "core/ssm_cache.h"
-#include "kernels/attention.h"
-#include "kernels/kv_view.h"
-#include "kernels/mask.h"
+#include "kvspec/core/batch.h"
+#include "kvspec/core/codec/codec.h"
+#include "kvspec/core/kv_cache.h"
+#include "kvspec/core/layout.h"
+#include "kvspec/core/tests/layout_test_util.h"
+#include "kvspec/core/ssm_cache.h"
+#include "kvspec/kernels/attention.h"
+#include "kvspec/kernels/kv_view.h"
+#include "kvspec/kernels/mask.h"
 
 namespace kvspec {
 

@@ -28,11 +28,11 @@
 #include <string>
 #include <vector>
 
-#include "core/batch.h"
-#include "core/codec/codec.h"
-#include "core/layout.h"
-#include "core/ssm_cache.h"
-#include "testing/fill.h"
+#include "kvspec/core/batch.h"
+#include "kvspec/core/codec/codec.h"
+#include "kvspec/core/layout.h"
+#include "kvspec/core/ssm_cache.h"
+#include "kvspec/testing/fill.h"
 
 // ---------------------------------------------------------------------------
 // The replacement allocator: a header before each block keeps its size.
@@ -81,7 +81,7 @@ void ReplacedRelease(void* p, size_t align) noexcept {
 
 }  // namespace
 
-#include "testing/replace_new.h"  // every form, through the two above
+#include "kvspec/testing/replace_new.h"  // every form, through the two above
 
 namespace kvspec {
 namespace {

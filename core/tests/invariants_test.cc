@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "core/codec/codec.h"
-#include "core/invariants.h"
-#include "core/kv_cache.h"
-#include "core/layout.h"
-#include "core/tests/layout_test_util.h"
-#include "core/ssm_cache.h"
-#include "kernels/conv1d.h"
+#include "kvspec/core/codec/codec.h"
+#include "kvspec/core/invariants.h"
+#include "kvspec/core/kv_cache.h"
+#include "kvspec/core/layout.h"
+#include "kvspec/core/tests/layout_test_util.h"
+#include "kvspec/core/ssm_cache.h"
+#include "kvspec/kernels/conv1d.h"
 
 namespace kvspec {
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string_view>
 
-#include "core/kv_cache.h"
+#include "kvspec/core/kv_cache.h"
 
 namespace kvspec {
 

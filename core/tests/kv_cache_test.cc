@@ -8,11 +8,11 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/attention.h"
-#include "core/kv_cache.h"
-#include "core/mask.h"
-#include "core/ssm_cache.h"
-#include "kernels/aligned_vector.h"
+#include "kvspec/kernels/attention.h"
+#include "kvspec/core/kv_cache.h"
+#include "kvspec/core/mask_builder.h"
+#include "kvspec/core/ssm_cache.h"
+#include "kvspec/kernels/aligned_vector.h"
 
 namespace kvspec {
 namespace {

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "core/layout.h"
+#include "kvspec/core/layout.h"
 
 namespace {
 
@@ -48,7 +48,7 @@ void ReplacedRelease(void* p, size_t) noexcept { std::free(p); }
 
 }  // namespace
 
-#include "testing/replace_new.h"  // every form, through the two above
+#include "kvspec/testing/replace_new.h"  // every form, through the two above
 
 namespace kvspec {
 namespace {

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "core/layout.h"
-#include "kernels/conv1d.h"
+#include "kvspec/core/layout.h"
+#include "kvspec/kernels/conv1d.h"
 
 namespace kvspec {
 

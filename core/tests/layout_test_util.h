@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "core/layer_config.h"
-#include "core/layout.h"
-#include "core/ssm_cache.h"
-#include "core/status.h"
+#include "kvspec/base/layer_config.h"
+#include "kvspec/core/layout.h"
+#include "kvspec/core/ssm_cache.h"
+#include "kvspec/base/status.h"
 
 namespace kvspec::layout_test {
 

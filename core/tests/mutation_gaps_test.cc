@@ -23,16 +23,16 @@
 #include <utility>
 #include <vector>
 
-#include "core/batch.h"
-#include "core/codec/codec.h"
-#include "core/kv_cache.h"
-#include "core/layout.h"
-#include "core/ssm_cache.h"
-#include "kernels/conv1d.h"
-#include "trace/program.h"
-#include "trace/runner.h"
-#include "trace/runner_internal.h"
-#include "trace/values.h"
+#include "kvspec/core/batch.h"
+#include "kvspec/core/codec/codec.h"
+#include "kvspec/core/kv_cache.h"
+#include "kvspec/core/layout.h"
+#include "kvspec/core/ssm_cache.h"
+#include "kvspec/kernels/conv1d.h"
+#include "kvspec/trace/program.h"
+#include "kvspec/runner/runner.h"
+#include "kvspec/runner/runner_internal.h"
+#include "kvspec/trace/values.h"
 
 namespace kvspec {
 namespace {

@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "core/batch.h"
-#include "core/cache.h"
-#include "core/kv_cache.h"
-#include "core/layout.h"
-#include "core/ssm_cache.h"
-#include "core/tests/layout_test_util.h"
+#include "kvspec/core/batch.h"
+#include "kvspec/core/cache.h"
+#include "kvspec/core/kv_cache.h"
+#include "kvspec/core/layout.h"
+#include "kvspec/core/ssm_cache.h"
+#include "kvspec/core/tests/layout_test_util.h"
 
 namespace kvspec {
 namespace {
