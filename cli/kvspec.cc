@@ -1,4 +1,4 @@
-// The kvspec command: runs traces (../shared/TRACE.md) against the reference
+// The kvspec command: runs traces (docs/TRACE.md) against the reference
 // core and reports what every query saw.
 #include <cstdio>
 #include <cstdlib>

@@ -1,7 +1,7 @@
 // The cache interface every kind implements, kind strings and capability
 // predicates, and the column model shared by every batched cache.
 //
-// Column model (../shared/TRACE.md, "Columns and wrap"): a batch is
+// Column model (docs/TRACE.md, "Columns and wrap"): a batch is
 // rectangular. Every forward adds L columns to every row; row r's first
 // left[r] columns are left padding (allowed only while the row holds no
 // token) and its last right[r] are prepared prefill padding. A row's real

@@ -1,5 +1,5 @@
 // Stateful properties of KV caches driven through a Layout, against the
-// trace model (testing/trace_model.h: ../shared/TRACE.md's rules, the same
+// trace model (testing/trace_model.h: docs/TRACE.md's rules, the same
 // model the fuzz targets and the values oracle use).
 //
 // Every command is one trace statement, applied to the model as such; the

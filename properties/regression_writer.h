@@ -1,5 +1,5 @@
 // Every property failure that a trace can state becomes a trace
-// (../shared/TRACE.md), BUILD/regressions/properties/<Property>-<hash>.trace
+// (docs/TRACE.md), BUILD/regressions/properties/<Property>-<hash>.trace
 // in the build tree; copied into corpus/regressions/properties/ (the
 // failure prints the `cp` command; tools/props --import merges many), ctest
 // replays it (label `regression`) before the properties and the fuzz

@@ -1,4 +1,4 @@
-// Runs a parsed trace (../shared/TRACE.md) against the real core: layouts,
+// Runs a parsed trace (docs/TRACE.md) against the real core: layouts,
 // caches, masks and kernels, with token contents drawn as the "Values"
 // section specifies.
 //

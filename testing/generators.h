@@ -1,5 +1,5 @@
 // What the properties, the fuzz targets and the tools share to write the
-// traces they generate (../shared/TRACE.md): a layer's `layer` line, a
+// traces they generate (docs/TRACE.md): a layer's `layer` line, a
 // whole header, statements built from their op structs and the trace text
 // of an operation. Header only, needs nothing but the trace format's
 // structs (trace/program.h, base/layer_config.h), so that a libFuzzer

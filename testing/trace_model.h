@@ -1,4 +1,4 @@
-// An independent model of the trace semantics (../shared/TRACE.md): what
+// An independent model of the trace semantics (docs/TRACE.md): what
 // `kvspec trace` must print on standard output and which status it must
 // return, computed from the rules alone.
 //

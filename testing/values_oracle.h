@@ -1,5 +1,5 @@
 // A double-precision oracle for the numbers a trace carries
-// (../shared/TRACE.md, "Values"), written independently of core/ and
+// (docs/TRACE.md, "Values"), written independently of core/ and
 // kernels/: its own mix(), streams, token contents, conv weights, softmax
 // attention and gated-DeltaNet recurrence, all in plain loops over doubles.
 //

@@ -1,4 +1,4 @@
-// Parser of kvspec traces (../shared/TRACE.md, version 1): text -> Program.
+// Parser of kvspec traces (docs/TRACE.md, version 1): text -> Program.
 //
 // Choices made where TRACE.md is silent (the parser's contract; other
 // implementations reading the same files should follow them):

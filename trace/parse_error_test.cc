@@ -1,4 +1,4 @@
-// Unit tests of the trace parser (trace/parse.cc, ../shared/TRACE.md):
+// Unit tests of the trace parser (trace/parse.cc, docs/TRACE.md):
 // syntax errors at their line and column, and robustness.
 #include <cstdint>
 #include <random>

@@ -1,4 +1,4 @@
-// Unit tests of the trace parser (trace/parse.cc, ../shared/TRACE.md):
+// Unit tests of the trace parser (trace/parse.cc, docs/TRACE.md):
 // valid input. Errors and robustness are in parse_error_test.cc.
 #include <cstdint>
 #include <memory>

@@ -1,4 +1,4 @@
-// The parsed form of a kvspec trace (../shared/TRACE.md, version 1).
+// The parsed form of a kvspec trace (docs/TRACE.md, version 1).
 //
 // ParseTrace reads a whole file and either returns a Program or the first
 // syntax error as FILE:LINE:COL. Everything that can be decided without

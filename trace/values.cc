@@ -1,4 +1,4 @@
-// Token contents of ../shared/TRACE.md ("Values").
+// Token contents of docs/TRACE.md ("Values").
 #include "kvspec/trace/values.h"
 
 #include <cmath>

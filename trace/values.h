@@ -1,4 +1,4 @@
-// Token contents of ../shared/TRACE.md ("Values"): a seeded generator per
+// Token contents of docs/TRACE.md ("Values"): a seeded generator per
 // layer, id and position, so that any implementation reproduces the exact
 // fp32 inputs a trace writes into its caches.
 #pragma once
