@@ -13,8 +13,8 @@
 //   misaligned by 0..3 floats;
 // - flash-decoding (AttendOptions): chunked decodes within tolerance and
 //   bit-identical on 1, 2, 3 and 4 threads, chunks counted in admitted
-//   slots only, a chunk that is not a multiple of kAttendChunkMultiple
-//   refused;
+//   slots only, and an abort for a chunk that is not a non-negative
+//   multiple of kAttendChunkMultiple;
 // - each query of a window forward bit-identical to its decode alone (the
 //   kernel's blocks group its slots differently in the two calls).
 //
