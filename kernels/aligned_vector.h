@@ -5,10 +5,9 @@
 // that a row whose size is a multiple of 64 bytes (every head dim and state
 // shape that is a multiple of 16 floats) starts a line: a 512-bit load of it
 // touches one line, not two. With std::vector's 16-byte alignment every
-// AVX-512 load of such a row straddles two lines; on a Zen 5 core (AVX3) the
-// hot recurrent step over 16 heads of 128 x 128 took 25.3-27.4 us with its
-// state 16 bytes past a line and 18.8-20.0 us with it on one
-// (BM_DecodeHot/AVX3/16/1; README "Measured figures", stop 31).
+// AVX-512 load of such a row straddles two lines: the hot recurrent step
+// over 16 heads of 128 x 128 on AVX3 takes about a third longer with its
+// state 16 bytes past a line; see docs/benchmarks.md.
 #pragma once
 
 #include <cstddef>

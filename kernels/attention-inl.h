@@ -5,8 +5,9 @@
 // same arithmetic to a slot whatever block it falls in, which is what makes
 // Attend's output independent of padding, batch neighbours and ring phase.
 //
-// Included by attention.cc once per target (foreach_target), hence the
-// toggle guard instead of #pragma once.
+// Included once per target (foreach_target) by attention.cc (and the
+// -inl.h files it includes) and by the benchmarks that mirror the kernel's
+// reads, hence the toggle guard instead of #pragma once.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -155,11 +156,8 @@ HWY_INLINE void PrefetchRows(const Ahead<T>& ahead, size_t from, size_t to, size
 
 // How far ahead each segment of ScoresInSegments requests its rows of
 // row_bytes, in bytes (AttentionRequests::segments_ahead, and
-// segments_ahead_short for rows of at most 256 bytes). On a Zen 5 (stop 43,
-// bench/alternate/bf16-ahead.patch) 4 KiB instead of 2 took 0.979 and
-// 0.977 of the time at bf16 dims 64 and 128 over 16384 tokens (15 rounds),
-// 0.984 and 0.962 over 32768 (9 rounds); 1, 4 or 8 KiB for every row
-// (segments-ahead.patch) lost at fp32 dims 128 and 256.
+// segments_ahead_short for rows of at most 256 bytes, which may differ: a
+// single distance for every row was slower at fp32 dims 128 and 256).
 HWY_INLINE size_t SegmentsAheadBytes(const AttentionRequests& requests, size_t row_bytes) {
   return row_bytes <= 256 ? requests.segments_ahead_short : requests.segments_ahead;
 }
@@ -182,9 +180,10 @@ HWY_INLINE float MaxOf(const float* HWY_RESTRICT p, size_t n) {
 // The sum of p[0, n): whole vectors into one vector accumulator, its lanes
 // reduced, then the tail in order. A fixed function of n and the values,
 // like every step of a query's softmax, so it does not depend on where the
-// query's slots sit. SoftmaxAlong (attention.cc) computes ExpShifted and
-// SumOf incrementally along a lone query's value pass with the same bits
-// (the decode-equals-forward tests hold them together): change them together.
+// query's slots sit. SoftmaxAlong (attention_passes-inl.h) computes
+// ExpShifted and SumOf incrementally along a lone query's value pass with
+// the same bits (the decode-equals-forward tests hold them together):
+// change them together.
 HWY_INLINE float SumOf(const float* HWY_RESTRICT p, size_t n) {
   const DF d;
   const size_t N = hn::Lanes(d);
@@ -265,17 +264,12 @@ HWY_INLINE void ScoreBlock(const float* HWY_RESTRICT q, int dim, const T* const*
 }
 
 // Slots per score block of four heads (Scores). With 32 vector registers,
-// 4: 4x4 (16 accumulators) against the 4x3 it replaced, dim 128 in L1 on a
-// Zen 5 core (AVX3): 0.79-0.85 of the FMA peak against 0.68-0.76; 4x5 and
-// 4x6 gained nothing more. On AVX2, with 16, 3: 12 accumulators, three
-// keys and a query fit them, where 4x4's 16 accumulators alone did not and
-// GCC kept two of them on the stack, reloading each key vector from memory
-// for every head. bench/alternate/threes-16-registers.patch (4x3 on every
-// x86 target below AVX3; Zen 5, one process), ALT_TARGET=AVX2, 9 rounds:
-// cold decode 0.877 / 0.862 / 0.875 of the time at fp32 dims 64 / 128 /
-// 256 and 0.926 / 0.843 / 0.933 with bf16, 0.85-0.97 in L2, window
-// attention 0.808; ALT_TARGET=SSE4, 7 rounds: fp32 0.92-0.97 but bf16
-// 1.00-1.12, so SSE4 and SSSE3 keep 4.
+// 4: 4x4 (16 accumulators) reaches more of the FMA peak than 4x3, and 4x5
+// or 4x6 no more. On AVX2, with 16, 3: 12 accumulators, three keys and a
+// query fit them, where 4x4's 16 accumulators alone did not and GCC kept
+// two of them on the stack, reloading each key vector from memory for
+// every head (cold decode about 12% faster; see docs/benchmarks.md). SSE4
+// and SSSE3 keep 4: 4x3 made their bf16 decode slower.
 #if HWY_TARGET == HWY_AVX2
 constexpr int kScoreSlots = 3;
 #else
@@ -400,11 +394,8 @@ HWY_INLINE void SegmentKeys(const float* HWY_RESTRICT q, int dim, const T* const
 // SegmentKeys out of line, for fp32. Inlined into ScoresInSegments, GCC 12
 // (-O3, AVX3) kept two or three of a 4x4 block's four fp32 key vectors on
 // the stack and reloaded them for each head's multiply-adds (objdump: 8-16
-// vfmadd231ps with a stack operand); as a function of its own, none.
-// bench/alternate/segment-keys.patch (the key pass inline, as before; 11
-// rounds, Zen 5, AVX3): cold fp32 decode 0.984 [0.970..0.992] of the time
-// at dim 128, 1.001 at dim 64; bf16, which kept its vectors in registers
-// either way, took 1.013 and 1.015 out of line, so it stays inline.
+// vfmadd231ps with a stack operand); as a function of its own, none. bf16
+// keeps its vectors in registers either way, and is faster inline.
 template <typename T>
 HWY_NOINLINE void SegmentKeysApart(const float* HWY_RESTRICT q, int dim, const T* const* keys,
                                    size_t seg, size_t blocks, size_t ahead, RowRequest how,
@@ -421,17 +412,13 @@ HWY_NOINLINE void SegmentKeysApart(const float* HWY_RESTRICT q, int dim, const T
 // serves four sequential streams at once instead of one. A block's 16
 // scores go, 16 floats side by side, to side ([seg][group / 4][16]); after
 // the pass they are transposed into scores. Stored straight to their
-// slots, 16 scores of a block in 16 places, they cost the four streams
-// their gain (bench/alternate/walk-modes.patch, modes 6 and 15); transposed
-// every 16 rows along the pass (stop 43, 9 rounds), 1.04-1.09 of the time
-// cold.
+// slots, 16 scores of a block in 16 places, or transposed every 16 rows
+// along the pass, they cost the four streams their gain.
 // maxima [group]: each head's largest score over the n rows, taken along
 // the transpose: MaxOf's value over them (the largest of the same floats
 // in another order, so at most the sign of a zero differs, which no
 // exp(score - max) sees; with a NaN score every output of its head is NaN
-// either way), without MaxOf's pass over the scores
-// (bench/alternate/fold-max.patch, 11 rounds, Zen 5: 0.98-0.99 of the time
-// cold).
+// either way), without MaxOf's pass over the scores.
 template <typename T>
 HWY_INLINE void ScoresInSegments(const float* HWY_RESTRICT q, int group, int dim,
                                  const T* const* keys, size_t n, float scale,

@@ -75,7 +75,9 @@ enum class RowRequest : uint8_t {
   kNonTemporal,  // prefetchnta: read once, kept out of the outer caches
 };
 // The requests Attend makes on this CPU for bf16 (bf16) or fp32 storage
-// (see ForEachBlock and ScorePass in attention.cc):
+// (see ForEachBlock in attention_blocks-inl.h, ScorePass in
+// attention_passes-inl.h, and attention_requests.cc for why each CPU gets
+// its own):
 // - along: the next block's rows, along a block's computation. Into L1 on
 //   Intel cores and, for bf16, on AMD Zen 5 and later; non-temporal for
 //   fp32 on AMD Zen 5 and later; into L2 elsewhere.
@@ -104,8 +106,8 @@ AttentionRequests AttentionRequestsOn(bool bf16);
 // in four segments side by side: on 512-bit x86 targets. It does so for
 // groups of a multiple of 4 query heads, at least 256 admitted slots and
 // rows shorter than AttentionRequests::segments_below, which callers check
-// themselves (see ScorePass in attention.cc). The benchmarks that mirror
-// the kernel's reads ask it.
+// themselves (see ScorePass in attention_passes-inl.h). The benchmarks that
+// mirror the kernel's reads ask it.
 bool AttentionScoresInSegments();
 
 }  // namespace kvspec

@@ -12,7 +12,9 @@
 //   larger counts crossing the kernel's blocks, q, keys, values and outputs
 //   misaligned by 0..3 floats;
 // - flash-decoding (AttendOptions): chunked decodes within tolerance and
-//   bit-identical on 1, 2, 3 and 4 threads;
+//   bit-identical on 1, 2, 3 and 4 threads, chunks counted in admitted
+//   slots only, and an abort for a chunk that is not a non-negative
+//   multiple of kAttendChunkMultiple;
 // - each query of a window forward bit-identical to its decode alone (the
 //   kernel's blocks group its slots differently in the two calls).
 //
@@ -656,6 +658,138 @@ TEST_P(AttentionTargets, ChunkedDecodeIsTheInOrderMergeOfInOrderChunkSums) {
   }
 }
 
+// A decode (one row, one query) over `pos.size()` slots of random keys and
+// values: the slots' positions are `pos`, the query admits [lo, hi].
+struct Decode {
+  static constexpr int kKvHeads = 2;
+  static constexpr int kGroup = 2;
+  static constexpr int kDim = 8;
+  static constexpr int kQueryHeads = kKvHeads * kGroup;
+
+  std::vector<int32_t> pos;
+  std::vector<float> k, v;  // [kv_heads][slots][dim]
+
+  KvView View() const {
+    return KvView::Dense(k.data(), v.data(), pos.data(), 1, kKvHeads, kDim,
+                         static_cast<int32_t>(pos.size()), 0);
+  }
+  Mask MaskOf(int32_t lo, int32_t hi) const {
+    Mask m;
+    m.window = kNoWindow;
+    m.rows = 1;
+    m.queries = 1;
+    m.slot_pos = pos.data();
+    m.slot_stride = pos.size();
+    m.slots = static_cast<int32_t>(pos.size());
+    m.first_slot = 0;
+    m.query_pos = {hi};
+    m.lo = {lo};
+    m.hi = {hi};
+    return m;
+  }
+  // Appends a slot at position p whose keys and values are those of slot s
+  // of `from` (or fresh ones when from is null).
+  void Add(int32_t p, const Decode* from, int32_t s, Rand* r) {
+    const size_t slots = pos.size();
+    std::vector<float> nk, nv;
+    for (int h = 0; h < kKvHeads; ++h) {
+      for (size_t t = 0; t <= slots; ++t) {
+        for (int i = 0; i < kDim; ++i) {
+          float kk, vv;
+          if (t < slots) {
+            kk = k[(h * slots + t) * kDim + i];
+            vv = v[(h * slots + t) * kDim + i];
+          } else if (from) {
+            const size_t fs = from->pos.size();
+            kk = from->k[(h * fs + static_cast<size_t>(s)) * kDim + i];
+            vv = from->v[(h * fs + static_cast<size_t>(s)) * kDim + i];
+          } else {
+            kk = r->Uniform(-2.0f, 2.0f);
+            vv = r->Uniform(-3.0f, 3.0f);
+          }
+          nk.push_back(kk);
+          nv.push_back(vv);
+        }
+      }
+    }
+    k.swap(nk);
+    v.swap(nv);
+    pos.push_back(p);
+  }
+};
+
+// AttendWith(chunk) over a Decode's shape; outputs start at 9 so that an
+// output left unwritten shows.
+std::vector<float> AttendChunked(const std::vector<float>& q, const KvView& kv, const Mask& mask,
+                                 int32_t chunk) {
+  AttendOptions options;
+  options.chunk = chunk;
+  std::vector<float> out(Decode::kQueryHeads * Decode::kDim, 9.0f);
+  AttendWith(q.data(), Decode::kQueryHeads, kv, mask, out.data(), options);
+  return out;
+}
+
+// Flash-decoding cuts a query's admitted slots into chunks of `chunk`
+// admitted slots, wherever they sit: a decode of 2 * chunk + 1 admitted
+// slots (the last chunk one slot) gives the same bits when
+//  - the slots are alone ("compact"),
+//  - slots the query does not admit (positions above its range and below
+//    it) are interleaved among them ("sparse"),
+//  - the range is tight (lo and hi are the first and last admitted
+//    positions) or loose (no slot sits on lo or hi),
+// and stays within the tolerance of the reference. On every target.
+TEST_P(AttentionTargets, ChunksCountAdmittedSlotsOnly) {
+  constexpr int32_t kChunk = kAttendChunkMultiple;
+  constexpr int32_t kAdmitted = 2 * kChunk + 1;
+  Rand r(20);
+  std::vector<float> q(Decode::kQueryHeads * Decode::kDim);
+  r.Fill(&q, -1.5f, 1.5f);
+  Decode compact, sparse;
+  for (int32_t t = 0; t < kAdmitted; ++t) compact.Add(100 + t, nullptr, 0, &r);
+  int32_t above = 0, below = 0;
+  for (int32_t t = 0; t < kAdmitted; ++t) {
+    if (t % 3 == 1) {
+      sparse.Add(1000 + t, nullptr, 0, &r);  // above the range
+      ++above;
+    }
+    if (t % 5 == 2) {
+      sparse.Add(t % 40, nullptr, 0, &r);  // below it
+      ++below;
+    }
+    sparse.Add(100 + t, &compact, t, &r);
+  }
+  ASSERT_GT(above, kChunk / 2);
+  ASSERT_GT(below, kChunk / 4);
+  const int32_t lo = 100, hi = 100 + kAdmitted - 1;
+
+  const Mask tight = compact.MaskOf(lo, hi);
+  std::vector<float> expected(q.size(), -1.0f);
+  AttendReference(q.data(), Decode::kQueryHeads, compact.View(), tight, expected.data());
+  const std::vector<float> want = AttendChunked(q, compact.View(), tight, kChunk);
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_LE(std::fabs(want[i] - expected[i]), kAttentionTolerance * (1 + std::fabs(expected[i])))
+        << "lane " << i;
+  }
+  struct Case {
+    const char* what;
+    const Decode* decode;
+    int32_t lo, hi;
+  };
+  const Case cases[] = {
+      {"compact, loose range", &compact, lo - 50, hi + 50},
+      {"sparse, tight range", &sparse, lo, hi},
+      {"sparse, loose range", &sparse, lo - 50, hi + 50},
+  };
+  for (const Case& c : cases) {
+    const Mask mask = c.decode->MaskOf(c.lo, c.hi);
+    const std::vector<float> got = AttendChunked(q, c.decode->View(), mask, kChunk);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float))) << c.what;
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i], want[i]) << c.what << " lane " << i;
+    }
+  }
+}
+
 // Attend's precondition, enforced in every build: query heads a positive
 // multiple of the KV heads, else it aborts naming both counts.
 TEST(AttentionDeathTest, QueryHeadsNotAMultipleOfTheKvHeadsAbort) {
@@ -678,6 +812,31 @@ TEST(AttentionDeathTest, QueryHeadsNotAMultipleOfTheKvHeadsAbort) {
   EXPECT_DEATH(Attend(in.q.data(), 2, none, in.mask, out.data()),
                "kvspec::Attend: 2 query heads over 0 KV heads");
   Attend(in.q.data(), 4, in.kv, in.mask, out.data());  // a multiple: runs
+}
+
+// AttendWith's chunk must be 0 or a positive multiple of
+// kAttendChunkMultiple, in every build: anything else aborts naming it.
+TEST(AttentionDeathTest, AChunkNotANonNegativeMultipleAborts) {
+  Rand r(21);
+  Decode d;
+  for (int32_t t = 0; t < 8; ++t) d.Add(t, nullptr, 0, &r);
+  std::vector<float> q(Decode::kQueryHeads * Decode::kDim, 0.5f);
+  const Mask mask = d.MaskOf(0, 7);
+  for (int32_t chunk : {-kAttendChunkMultiple, -1, 1, kAttendChunkMultiple - 1,
+                        kAttendChunkMultiple + 1, 3 * kAttendChunkMultiple / 2}) {
+    EXPECT_DEATH((void)AttendChunked(q, d.View(), mask, chunk),
+                 "kvspec::Attend: chunk " + std::to_string(chunk) +
+                     " is not a non-negative multiple of " +
+                     std::to_string(kAttendChunkMultiple))
+        << chunk;
+  }
+  // 0 and multiples run, with Attend's bits (8 slots: no query is split)
+  std::vector<float> plain(q.size(), 3.0f);
+  Attend(q.data(), Decode::kQueryHeads, d.View(), mask, plain.data());
+  for (int32_t chunk : {0, kAttendChunkMultiple, 2 * kAttendChunkMultiple}) {
+    const std::vector<float> out = AttendChunked(q, d.View(), mask, chunk);
+    EXPECT_EQ(0, std::memcmp(out.data(), plain.data(), plain.size() * sizeof(float))) << chunk;
+  }
 }
 
 KVSPEC_FOR_EACH_TARGET(AttentionTargets);

@@ -17,9 +17,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // exp(-s) for |s| <= ln2 / 2, highest degree first: the Chebyshev fit of
 // degree 5 on [-0.3466, 0.3466] (mpmath.chebyfit), coefficients rounded to
-// float. Evaluated in double it is within 1.7e-7 relative of exp(-s) there;
-// the Taylor polynomial of degree 6 it replaced (stop 45) had 1.3e-7 and
-// one multiply-add more.
+// float. Evaluated in double it is within 1.7e-7 relative of exp(-s) there
+// with one multiply-add fewer than the Taylor polynomial of degree 6.
 constexpr float kExpCoefficients[6] = {-0.008369154296815395f, 0.04191754385828972f,
                                        -0.16666504740715027f,  0.49998870491981506f,
                                        -1.0f,                  1.0000001192092896f};
@@ -39,10 +38,8 @@ constexpr float kExpCoefficients[6] = {-0.008369154296815395f, 0.041917543858289
 // magnitude or -0, and this returns z * 0 = -0. A NaN z stays NaN (the
 // last multiply is by z itself).
 // Measured on conv1d_test's grid over [-120, 120] (steps of 2^-9): at most
-// 1.9e-7 * (1 + |reference|) from the reference on every target (1.3e-7 to
-// 1.5e-7 with the degree-6 polynomial), against kConvTolerance = 1e-5.
-// 19 vector operations on AVX-512 (21 elsewhere), against 25 for the
-// earlier degree-7 form.
+// 1.9e-7 * (1 + |reference|) from the reference on every target, against
+// kConvTolerance = 1e-5. 19 vector operations on AVX-512 (21 elsewhere).
 //
 // SiluN applies it to M vectors in lockstep, each step to all of them before
 // the next: M independent chains side by side, where one vector's chain of
@@ -136,11 +133,9 @@ void ConvBlocks(const float* HWY_RESTRICT w, const float* state_in, float* state
   const hn::CappedTag<float, kConvBlock> d;
   constexpr size_t B = kConvBlock;
   // Blocks per call: four SiLU chains side by side (one block on targets
-  // whose blocks hold four vectors or more). Against one chain, in one
-  // process on an Ice Lake-SP core (AVX3), 15 alternated rounds, the medians
-  // of the rounds' ratios: K = 4 at 8192 channels 0.92 of the time, 1024
-  // channels 0.91; the SiLU alone (K = 1) 0.89-0.94. Two chains: 0.95 and
-  // 0.90; eight: 1.07 and 1.00 (K = 4), though 0.74-0.80 for the SiLU alone.
+  // whose blocks hold four vectors or more): about 8% faster than one chain
+  // at K = 4 on AVX-512, where two gained less and eight lost; see
+  // docs/benchmarks.md.
   constexpr size_t kChains = 4;
   constexpr size_t N = hn::MaxLanes(decltype(d)());
   constexpr size_t G = kChains * N / B > 0 ? kChains * N / B : 1;

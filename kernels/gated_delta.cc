@@ -135,15 +135,10 @@ HWY_INLINE void StepColumns(D d, const float* in, float* out, size_t dk, size_t 
         const float* row = in + (j0 + j + p) * stride;
         HWY_UNROLL(8)
         for (size_t u = 0; u < U; ++u) {
-          // In a register (in_register-inl.h): GCC folded this load into
-          // both multiply-adds, and pass 1 was then bound by its loads (six
-          // per row of two vectors on AVX3, not four). Stop 39, Zen 5 VM,
-          // ssm_bench BM_DecodeHot/<target>/16/1 with this, the scalar-gate
-          // sums below, k . q by DotLanes and Ahead's unclamped requests,
-          // against main before them, builds alternated twice: 0.80 of the
-          // time on AVX3 (13.6-13.9 against 17.0-17.2 us), 0.86 on AVX2,
-          // 0.93-0.95 on SSE4; this alone removed, AVX3 15.0-15.3 against
-          // 13.3-13.7 us (four alternated rounds).
+          // In a register (in_register-inl.h): otherwise GCC folds this
+          // load into both multiply-adds, and pass 1 is bound by its loads
+          // (six per row of two vectors on AVX3, not four): the hot step
+          // about 10% faster on AVX3; see docs/benchmarks.md.
           const V s = InRegister(hn::LoadU(d, row + u * N));
           m[p][u] = hn::MulAdd(s, a, m[p][u]);
           yp[p][u] = hn::MulAdd(s, c, yp[p][u]);
@@ -226,12 +221,9 @@ HWY_INLINE void StepColumn(const float* in, float* out, size_t dk, size_t stride
 
 // Vectors per StepColumns call in a whole tile: the tile's 32 columns at
 // once (U = 2 on AVX-512, 4 on AVX2, 8 on 128-bit targets), at most 8.
-// Against the former layout (each head transposed whole, [dk][dv], blocks
-// of 8 vectors: a whole 64 KiB head per block at dk = dv = 128 on AVX3, so
-// pass 2 read from L2), on a Zen 5 VM, ssm_bench's BM_Decode(Hot)/<target>/
-// 16/1 (the whole recurrent step), builds of both alternated three times,
-// medians of 3 (stop 38): cold 0.91 of the time on AVX3, 0.90 on AVX2,
-// 0.63 on SSE4; hot 0.96-1.0 on AVX3, 0.82 on AVX2, 1.02 on SSE4.
+// Tiles keep pass 2 in L1, where blocks of a whole head transposed (64 KiB
+// at dk = dv = 128) read it from L2: the cold step about 10% faster on
+// AVX3 and AVX2; see docs/benchmarks.md.
 constexpr size_t kTileVectors = HWY_MAX(1, HWY_MIN(8, kGatedDeltaTile / HWY_LANES(float)));
 
 // The tiles of one value head: whole tiles (compile-time stride) and a

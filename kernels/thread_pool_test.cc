@@ -2,14 +2,18 @@
 // and has finished when Run returns, whatever the thread count, the task
 // count (fewer tasks than threads, counts that do not divide evenly) and
 // the gap between Runs (workers still spinning, or asleep on the condition
-// variable, or between the two).
+// variable, or between the two); no task runs for 0 tasks, and the workers
+// run tasks alongside the caller.
 #include "kvspec/kernels/thread_pool.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -96,6 +100,46 @@ TEST(ThreadPool, DestroysWhileWorkersSpinOrSleep) {
     pool.reset();
   }
   SUCCEED();
+}
+
+// Run(tasks, task) calls task(i) exactly once for each i in [0, tasks):
+// never for 0 tasks, once for 1, and on a pool of any size.
+TEST(ThreadPool, EveryTaskRunsExactlyOnce) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (size_t tasks : {size_t{0}, size_t{1}, size_t{2}, size_t{7}}) {
+      std::vector<std::atomic<int>> calls(tasks + 1);
+      for (auto& c : calls) c.store(0);
+      pool.Run(tasks, [&](size_t i) { calls[i].fetch_add(1); });
+      for (size_t i = 0; i < tasks; ++i) {
+        EXPECT_EQ(calls[i].load(), 1) << threads << " threads, " << tasks << " tasks, task " << i;
+      }
+      EXPECT_EQ(calls[tasks].load(), 0) << threads << " threads, " << tasks << " tasks";
+    }
+  }
+}
+
+// The workers take part: on a pool of 2 threads, 2 tasks that each wait
+// for the other to start run at the same time, on two threads.
+TEST(ThreadPool, WorkersRunTasksAlongsideTheCaller) {
+  ThreadPool pool(2);
+  std::mutex mu;
+  std::condition_variable cv;
+  int started = 0;
+  bool timed_out = false;
+  std::set<std::thread::id> ran_on;
+  pool.Run(2, [&](size_t) {
+    std::unique_lock<std::mutex> lock(mu);
+    ++started;
+    ran_on.insert(std::this_thread::get_id());
+    cv.notify_all();
+    if (!cv.wait_for(lock, std::chrono::seconds(20), [&] { return started == 2; })) {
+      timed_out = true;  // the other task did not start while this one ran
+    }
+  });
+  EXPECT_FALSE(timed_out);
+  EXPECT_EQ(started, 2);
+  EXPECT_EQ(ran_on.size(), 2u);
 }
 
 }  // namespace
