@@ -386,6 +386,10 @@ def signature(statement: Dict[str, Any], message: str) -> str:
     return "%s | %s" % (op, m)
 
 
+#: A known failure class: (name, test(shrunk trace text, message)).
+KnownClass = Tuple[str, Callable[[str, str], bool]]
+
+
 # Known failure classes of the llama.cpp adapter (docs/engines/llama.cpp.md),
 # matched on the shrunk trace: (class, test(trace text, message)). A match is
 # a hint for the report, not a proof: every new shrunk trace is checked by
@@ -419,10 +423,6 @@ KNOWN: List[KnownClass] = [
     ("D8 state not portable between contexts (kv_unified=0)", lambda t, m:
         "n_stream" in m or "set_data refused" in m or "llama_state_seq_set_data refused" in m),
 ]
-
-
-#: A known failure class: (name, test(shrunk trace text, message)).
-KnownClass = Tuple[str, Callable[[str, str], bool]]
 
 
 def classify(text: str, message: str, known: Optional[Sequence[KnownClass]] = None) -> str:
