@@ -177,7 +177,7 @@ def parse_trace(text: str, file: str = "<string>") -> Program:
 
 # The most bytes an emitted ``.json`` file may hold (the trace with its
 # expectations written out, each statement an object; a ``.trace`` file may
-# hold ``kvspec._core.MAX_TRACE_BYTES``, the parser's limit): checked while
+# hold ``kvspec.MAX_TRACE_BYTES``, the parser's limit): checked while
 # reading, so that a larger file is never held whole.
 MAX_EMITTED_BYTES = 64 << 20
 
@@ -194,7 +194,7 @@ def load(path: str) -> Program:
     """A trace file: ``.json`` (emitted form, pure Python) or ``.trace``
     (through kvspec's parser, needs the compiled module). Raises
     :class:`kvspec.TraceSyntaxError` for a file over ``MAX_EMITTED_BYTES``
-    (.json) or ``kvspec._core.MAX_TRACE_BYTES`` (.trace), read no further
+    (.json) or ``kvspec.MAX_TRACE_BYTES`` (.trace), read no further
     than that."""
     if path.endswith(".json"):
         return Program(json.loads(_read_bounded(path, MAX_EMITTED_BYTES)))
