@@ -8,7 +8,7 @@ same shape the repository ships for every corpus trace in corpus/emitted/
 
 import json
 import os
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Tuple, Union
 
 from .errors import TraceSyntaxError
 
