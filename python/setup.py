@@ -1,13 +1,10 @@
-"""Installs the kvspec Python package from the source tree, without network:
-
-    python3 -m venv --system-site-packages venv        # numpy from Debian
-    venv/bin/pip install --no-build-isolation --no-index ./python
-
-The extension kvspec._core is built by the project's own CMake (target
-kvspec_core_module) for the interpreter running this script, in a build
-folder of its own (python/build-install/), or taken from an existing build
-folder when KVSPEC_BUILD_DIR names one (it is brought up to date there). Set
-KVSPEC_PURE=1 to install the pure-Python runner alone.
+"""The build step pyproject.toml cannot state: the extension kvspec._core is
+built by the project's own CMake (target kvspec_core_module) for the
+interpreter running this script, in a build folder of its own
+(python/build-install/), or taken from an existing build folder when
+KVSPEC_BUILD_DIR names one (it is brought up to date there). Set
+KVSPEC_PURE=1 to install the pure-Python runner alone. Everything else
+(name, version, dependencies, the console script) is in pyproject.toml.
 """
 
 import glob
@@ -24,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def build_extension():
+def build_extension() -> str:
     build_dir = os.environ.get("KVSPEC_BUILD_DIR") or os.path.join(HERE, "build-install")
     if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
         subprocess.check_call(["cmake", "-S", ROOT, "-B", build_dir,
@@ -39,7 +36,7 @@ def build_extension():
 
 
 class BuildPyWithCore(build_py):
-    def run(self):
+    def run(self) -> None:
         super().run()
         if os.environ.get("KVSPEC_PURE"):
             return
@@ -54,15 +51,7 @@ class BuildPyWithCore(build_py):
 SCRATCH = tempfile.mkdtemp(prefix="kvspec-setup-")
 
 setup(
-    name="kvspec",
-    version="0.1.0",
-    description="kvspec's caches, kernels and trace conformance runner, from Python",
-    packages=["kvspec", "kvspec.adapters"],
-    package_dir={"": HERE},
-    python_requires=">=3.9",
-    install_requires=[],  # numpy: from the system (Debian's python3-numpy)
     cmdclass={"build_py": BuildPyWithCore},
-    zip_safe=False,
     options={"build": {"build_base": os.path.join(SCRATCH, "build")},
              "egg_info": {"egg_base": SCRATCH}},
 )

@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 
-ADAPTER = "kvspec.adapters.llama_cpp"
+ADAPTER = "llama_cpp"  # kvspec.adapters.llama_cpp
 
 
 def corpus(repo):
@@ -98,7 +98,7 @@ def main():
     probe = subprocess.run([sys.executable, "-c", "import kvspec, sys\n"
                             "from kvspec.adapters import llama_cpp\n"
                             "assert kvspec.HAVE_CORE, 'kvspec._core is not importable'\n"
-                            "llama_cpp._Engine.get()\n"], env=env, cwd=args.repo,
+                            "llama_cpp.Engine.get()\n"], env=env, cwd=args.repo,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if probe.returncode != 0:
         last = probe.stdout.strip().splitlines()[-1:] or ["(no output)"]

@@ -33,7 +33,17 @@ query admitted is fine: it returns no outputs, and a trace with
 ``expect out`` lines is then not applicable to it.
 """
 
-from .errors import NotApplicable, Refused  # noqa: F401  (re-exported for adapters)
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+
+from .errors import NotApplicable as NotApplicable, Refused as Refused  # for adapters
+from .program import Layer, SeenItem
+
+#: A seen item: ``(pos, id)`` of a stored token, or "pad", "zero", "junk".
+Item = SeenItem
+#: ``(layer, row, pos)`` of a query.
+QueryKey = Tuple[int, int, int]
+#: A layout as the adapter represents it (any object; see "Handles").
+Handle = Any
 
 
 class ForwardResult:
@@ -50,7 +60,8 @@ class ForwardResult:
     recurrent layer, the token's y (all value heads).
     """
 
-    def __init__(self, seen, out=None):
+    def __init__(self, seen: Dict[QueryKey, List[Item]],
+                 out: Optional[Mapping[QueryKey, Sequence[float]]] = None) -> None:
         self.seen = seen
         self.out = out
 
@@ -61,7 +72,7 @@ class Adapter:
     :meth:`save` and :meth:`load`)."""
 
     #: A short name for reports.
-    name = "adapter"
+    name: str = "adapter"
 
     #: Observations the engine does not have, from "kind", "trimmable",
     #: "bytes_per_token" and "out" (an engine that is not kvspec has no
@@ -70,17 +81,19 @@ class Adapter:
     #: line of them as not compared ("pass FILE (not compared: ...)")
     #: instead of checking it. Refusals, what queries saw, positions and
     #: ``expect equal`` are always compared.
-    unobserved = frozenset()
+    unobserved: FrozenSet[str] = frozenset()
 
     # -- construction -------------------------------------------------------
-    def create(self, rows, layers):
+    def create(self, rows: int, layers: List[Layer]) -> Handle:
         """A new layout of ``rows`` batch rows with these layers (the trace
         header). Returns its handle. Raise NotApplicable for a layer kind or
         shape the engine does not have."""
         raise NotApplicable("%s: create is not implemented" % self.name)
 
     # -- forwards -----------------------------------------------------------
-    def forward(self, cache, columns, ids, positions, left, right, decode):
+    def forward(self, cache: Handle, columns: int, ids: List[List[int]],
+                positions: List[List[int]], left: List[int], right: List[int],
+                decode: bool) -> ForwardResult:
         """One forward of ``columns`` (L) new columns in every row.
 
         ``left[r]`` leading pad columns (only while row r holds no token),
@@ -93,7 +106,7 @@ class Adapter:
         :class:`ForwardResult`."""
         raise NotApplicable("%s: forward is not implemented" % self.name)
 
-    def trim(self, cache, n, bypass):
+    def trim(self, cache: Handle, n: int, bypass: bool) -> Optional[Handle]:
         """Drop the last ``n`` real tokens of every row in every layer.
         Without ``bypass``: refused unless every layer is trimmable. With
         ``bypass``: the speculative rollback right after a window (TRACE.md
@@ -101,65 +114,65 @@ class Adapter:
         raise NotApplicable("%s: trim is not implemented" % self.name)
 
     # -- speculative rounds ---------------------------------------------------
-    def arm(self, cache):
+    def arm(self, cache: Handle) -> Optional[Handle]:
         """Begin a speculative round (the next forward is the verify one)."""
         raise NotApplicable("%s: rounds are not implemented" % self.name)
 
-    def accept(self, cache, keep):
+    def accept(self, cache: Handle, keep: List[int]) -> Optional[Handle]:
         """End the round: row r keeps the first ``keep[r]`` real tokens of the
         verify forward (``keep`` has one value per row). The engine's
         rollback: drop the rest, or restore and replay."""
         raise NotApplicable("%s: rounds are not implemented" % self.name)
 
     # -- lifecycle ------------------------------------------------------------
-    def fork(self, cache):
+    def fork(self, cache: Handle) -> Handle:
         """A deep copy (a new, independent handle)."""
         raise NotApplicable("%s: fork is not implemented" % self.name)
 
-    def filter(self, cache, rows):
+    def filter(self, cache: Handle, rows: List[int]) -> Optional[Handle]:
         """Keep only ``rows`` (ascending, existing), renumbered from 0."""
         raise NotApplicable("%s: filter is not implemented" % self.name)
 
-    def join(self, cache, other):
+    def join(self, cache: Handle, other: Handle) -> Optional[Handle]:
         """Append ``other``'s rows after ``cache``'s; ``other`` is unchanged."""
         raise NotApplicable("%s: join is not implemented" % self.name)
 
-    def extract(self, cache, row):
+    def extract(self, cache: Handle, row: int) -> Handle:
         """Row ``row`` as a new one-row layout; returns its handle."""
         raise NotApplicable("%s: extract is not implemented" % self.name)
 
-    def save(self, cache):
+    def save(self, cache: Handle) -> bytes:
         """The layout as bytes (the engine's persistence)."""
         raise NotApplicable("%s: save is not implemented" % self.name)
 
-    def load(self, data, like):
+    def load(self, data: bytes, like: Handle) -> Handle:
         """The layout ``save`` wrote, as a new handle. ``like`` is the handle
         that was saved (for engines that need the model's shapes)."""
         raise NotApplicable("%s: load is not implemented" % self.name)
 
-    def reload(self, cache):
+    def reload(self, cache: Handle) -> Handle:
         """``reload``: save, then load. Returns the new handle. Afterwards a
         bypass trim is refused (TRACE.md precise rule 3)."""
         return self.load(self.save(cache), cache)
 
     # -- observation ------------------------------------------------------------
-    def positions(self, cache):
+    def positions(self, cache: Handle) -> List[int]:
         """Each row's next position (its real token count), a list."""
         raise NotApplicable("%s: positions is not implemented" % self.name)
 
-    def trimmable(self, cache, layer):
+    def trimmable(self, cache: Handle, layer: int) -> bool:
         """Whether layer ``layer`` can trim (isTrimmable)."""
         raise NotApplicable("%s: trimmable is not implemented" % self.name)
 
-    def kind(self, cache, layer):
+    def kind(self, cache: Handle, layer: int) -> str:
         """The layer cache's stable kind string ("kv", "batched_rotating", ...)."""
         raise NotApplicable("%s: kind is not implemented" % self.name)
 
-    def bytes_per_token(self, cache, layer):
+    def bytes_per_token(self, cache: Handle, layer: int) -> int:
         """Physical bytes one more token costs one row."""
         raise NotApplicable("%s: bytes_per_token is not implemented" % self.name)
 
-    def difference(self, a, b):
+    def difference(self, a: Handle, b: Handle) -> Optional[str]:
         """``None`` when layouts ``a`` and ``b`` are equal in everything
         observable (TRACE.md precise rule 9: rows, positions, per kv layer
         every committed token, per ring the last min(count, window - 1), per

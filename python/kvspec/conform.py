@@ -1,9 +1,12 @@
 """The conformance runner: drives any engine's cache through kvspec traces.
 
+    kvspec-conform --adapter MODULE[:CLASS] [--json] FILE...
     python3 -m kvspec.conform --adapter MODULE[:CLASS] [--json] FILE...
 
 ``MODULE`` alone means ``MODULE:Adapter`` (kvspec.adapter explains the
-protocol). FILE is a trace (``.trace``, parsed by kvspec's own parser; needs
+protocol); a bare name of an adapter shipped with kvspec (``reference``,
+``numpy_cache``, ``naive_ring``, ``llama_cpp``) means the module
+``kvspec.adapters.NAME``. FILE is a trace (``.trace``, parsed by kvspec's own parser; needs
 the compiled module) or its emitted form (``.json``, corpus/emitted/).
 
 For every statement the runner checks the trace's own expectations. When
@@ -23,33 +26,29 @@ applicable``. ``--json`` prints the same as one JSON document. Exit status
 
 import argparse
 import importlib
+import importlib.util
 import json
+import os
 import sys
 import time
+from typing import Any, Dict, List, Optional, Sequence, TextIO, Type, Union
 
 from . import program as programs
-from .adapter import Adapter, ForwardResult  # noqa: F401
-from .errors import NotApplicable, Refused, TraceSyntaxError
+from .adapter import Adapter as Adapter, ForwardResult as ForwardResult
+from .errors import NotApplicable, TraceSyntaxError
+from .lockstep import MAX_ROWS as MAX_ROWS, OUT_TOLERANCE as OUT_TOLERANCE, Failure as Failure, \
+    Lockstep
+from .program import Program
 
-MAX_ROWS = 64
-OUT_TOLERANCE = 1e-4
-
-
-class Failure(Exception):
-    """A failed check: the trace line and what was expected and got."""
-
-    def __init__(self, line, message, reference_refused=False):
-        super().__init__(message)
-        self.line = line
-        self.message = message
-        # The reference refused the statement the adapter accepted.
-        self.reference_refused = reference_refused
+#: What names an adapter: ``"MODULE[:CLASS]"``, an adapter class or an instance.
+AdapterSpec = Union[str, Type[Adapter], Adapter]
 
 
 class Result:
     """The outcome of one trace: status "pass", "fail" or "not applicable"."""
 
-    def __init__(self, file, status, line=None, message=""):
+    def __init__(self, file: str, status: str, line: Optional[int] = None,
+                 message: str = "") -> None:
         self.file = file
         self.path = file  # the file given to the runner (.trace or .json)
         self.status = status
@@ -57,9 +56,9 @@ class Result:
         self.message = message
         # expectations not compared because the adapter declares them
         # unobserved (Adapter.unobserved): statement -> count
-        self.unchecked = {}
+        self.unchecked: Dict[str, int] = {}
 
-    def text(self):
+    def text(self) -> str:
         if self.status == "pass":
             if self.unchecked:
                 return "pass %s (not compared: %s)" % (self.file, ", ".join(
@@ -70,403 +69,40 @@ class Result:
             return "fail %s: %s" % (where, self.message)
         return "not applicable %s: %s" % (self.file, self.message)
 
-    def as_dict(self):
-        d = {"file": self.file, "path": self.path, "status": self.status, "line": self.line,
+    def as_dict(self) -> Dict[str, Any]:
+        d: Dict[str, Any] = {"file": self.file, "path": self.path, "status": self.status, "line": self.line,
              "message": self.message}
         if self.unchecked:
             d["unchecked"] = dict(self.unchecked)
         return d
 
 
-def load_adapter(spec):
+def load_adapter(spec: AdapterSpec) -> Adapter:
     """An adapter instance from ``MODULE[:CLASS]`` (an instance or class is
-    also accepted as is)."""
+    also accepted as is). A bare name (no dot) of a module in
+    kvspec.adapters means that module: ``llama_cpp`` is
+    ``kvspec.adapters.llama_cpp``, not another package of that name."""
     if not isinstance(spec, str):
         return spec() if isinstance(spec, type) else spec
     module_name, _, class_name = spec.partition(":")
+    if "." not in module_name and \
+            importlib.util.find_spec("kvspec.adapters." + module_name) is not None:
+        module_name = "kvspec.adapters." + module_name
     module = importlib.import_module(module_name)
-    return getattr(module, class_name or "Adapter")()
+    adapter: Adapter = getattr(module, class_name or "Adapter")()
+    return adapter
 
 
-def have_core():
+def have_core() -> bool:
     """Whether the compiled module kvspec._core is importable."""
     from . import HAVE_CORE
     return HAVE_CORE
 
 
-def _norm_item(item):
-    if isinstance(item, str):
-        return item
-    pos, ident = item
-    return (int(pos), int(ident))
-
-
-def _sorted_items(items):
-    return sorted((_norm_item(i) for i in items),
-                  key=lambda i: (1, i, 0) if isinstance(i, str) else (0, "", i))
-
-
-def _items_text(items):
-    return programs.format_items(_sorted_items(items))
-
-
-class _Side:
-    """One engine's view of a trace: its adapter, named handles, the last
-    forward of each."""
-
-    def __init__(self, adapter):
-        self.adapter = adapter
-        self.handles = {}
-        self.last = {}  # name -> ForwardResult or None
-
-    def call(self, method, *args):
-        return getattr(self.adapter, method)(*args)
-
-
-class _Run:
-    def __init__(self, prog, adapter, reference, lenient=False):
-        self.p = prog
-        # lenient: an operation the reference refuses and the engine accepts
-        # is undone on the engine's side (from a fork taken before it),
-        # counted as a "missing refusal" and the trace goes on, so that the
-        # rest of a trace is still compared for an engine that does not
-        # refuse what kvspec refuses (docs/engines/llama.cpp.md).
-        self.lenient = lenient and reference is not None
-        self.sides = [_Side(adapter)] + ([_Side(reference)] if reference is not None else [])
-        self.current = "main"
-        self.layer_names = [layer.name for layer in prog.layers]
-        self.unobserved = frozenset(getattr(adapter, "unobserved", ()))
-        self.unchecked = {}
-
-    def not_compared(self, op):
-        self.unchecked[op] = self.unchecked.get(op, 0) + 1
-
-    # -- helpers ---------------------------------------------------------------
-    @property
-    def engine(self):
-        return self.sides[0]
-
-    def rows(self):
-        return len(self.engine.call("positions", self.engine.handles[self.current]))
-
-    def apply(self, side, method, *args, name=None):
-        """Calls a mutating adapter method on the current (or named) handle;
-        a returned handle replaces it."""
-        name = name or self.current
-        h = side.call(method, side.handles[name], *args)
-        if h is not None:
-            side.handles[name] = h
-
-    def both(self, st, fn):
-        """Runs fn(side) on every side; returns the engine's refusal message
-        (None when it was accepted). A disagreement with the reference about
-        refusing is a divergence."""
-        outcomes = []
-        if self.lenient:
-            eng = self.engine
-            saved = (dict(eng.handles), dict(eng.last),
-                     eng.call("fork", eng.handles[self.current]))
-        for side in self.sides:
-            try:
-                fn(side)
-                outcomes.append(None)
-            except Refused as e:
-                outcomes.append(str(e) or "refused")
-        if self.lenient and outcomes[0] is None and outcomes[1] is not None:
-            handles, last, snapshot = saved
-            handles[self.current] = snapshot
-            eng.handles.clear()
-            eng.handles.update(handles)
-            eng.last.clear()
-            eng.last.update(last)
-            self.not_compared("missing refusal")
-            return outcomes[1]
-        if len(outcomes) == 2 and (outcomes[0] is None) != (outcomes[1] is None):
-            if outcomes[1] is None:
-                raise Failure(st.line, "differs from the reference: expected the operation "
-                              "to be accepted got refused (%s)" % outcomes[0])
-            raise Failure(st.line, "differs from the reference: expected a refusal (%s) got "
-                          "none" % outcomes[1], reference_refused=True)
-        return outcomes[0]
-
-    # -- the trace -------------------------------------------------------------
-    def run(self):
-        for side in self.sides:
-            try:
-                side.handles["main"] = side.call("create", self.p.rows, self.p.layers)
-            except Refused as e:
-                raise Failure(self.p.header_end_line, "error: create refused: %s" % e)
-            side.last["main"] = None
-        self.compare_state(self.p.header_end_line)
-        for st in self.p.statements:
-            refusal = self.execute(st)
-            if refusal is not None:
-                raise Failure(st.line, "error: %s" % refusal)
-            if not st.op.startswith("expect"):
-                self.compare_state(st.line)
-
-    def execute(self, st):
-        """Runs one statement; returns a refusal message or None."""
-        op = st.op
-        if op in ("window", "decode"):
-            return self.forward(st)
-        if op == "trim":
-            return self.both(st, lambda s: self.apply(s, "trim", st.count, st.bypass))
-        if op == "arm":
-            return self.both(st, lambda s: self.apply(s, "arm"))
-        if op == "accept":
-            rows = self.rows()
-            keep = st.keep * rows if len(st.keep) == 1 else st.keep
-            if len(keep) != rows:
-                return "accept lists %d values for %d rows" % (len(st.keep), rows)
-            return self.both(st, lambda s: self.apply(s, "accept", list(keep)))
-        if op == "fork":
-            if st.name in self.engine.handles:
-                return "fork: a layout named '%s' exists" % st.name
-            for s in self.sides:
-                s.handles[st.name] = s.call("fork", s.handles[self.current])
-                s.last[st.name] = s.last[self.current]
-            return None
-        if op == "use":
-            if st.name not in self.engine.handles:
-                return "use: no layout named '%s'" % st.name
-            self.current = st.name
-            return None
-        if op == "join":
-            if st.name not in self.engine.handles:
-                return "join: no layout named '%s'" % st.name
-            if st.name == self.current:
-                return "join: a layout cannot join itself"
-            other_rows = len(self.engine.call("positions", self.engine.handles[st.name]))
-            if self.rows() + other_rows > MAX_ROWS:
-                return "join: %d rows exceed the limit of %d" % (self.rows() + other_rows, MAX_ROWS)
-
-            def join(s):
-                self.apply(s, "join", s.handles[st.name])
-                s.last[self.current] = None
-            return self.both(st, join)
-        if op == "filter":
-            rows = self.rows()
-            if not st.rows or any(b <= a for a, b in zip(st.rows, st.rows[1:])) or \
-                    st.rows[-1] >= rows:
-                return "filter: rows must be a non-empty ascending list of existing rows"
-
-            def filt(s):
-                self.apply(s, "filter", list(st.rows))
-                s.last[self.current] = None
-            return self.both(st, filt)
-        if op == "extract":
-            if st.name in self.engine.handles:
-                return "extract: a layout named '%s' exists" % st.name
-            if st.row >= self.rows():
-                return "extract: row %d out of range" % st.row
-
-            def extract(s):
-                h = s.call("extract", s.handles[self.current], st.row)
-                s.handles[st.name] = h
-                s.last[st.name] = None
-            return self.both(st, extract)
-        if op == "reload":
-            return self.both(st, lambda s: self.apply(s, "reload"))
-        if op == "expect error":
-            return self.expect_error(st)
-        self.expect(st)
-        return None
-
-    def forward(self, st):
-        rows = self.rows()
-        decode = st.op == "decode"
-        columns = 1 if decode else st.columns
-        left = [0] * rows if decode or st.left is None else list(st.left)
-        right = [0] * rows if decode or st.right is None else list(st.right)
-        if len(left) != rows:
-            return "left= has %d values for %d rows" % (len(left), rows)
-        if len(right) != rows:
-            return "right= has %d values for %d rows" % (len(right), rows)
-        real = [columns - a - b for a, b in zip(left, right)]
-        if any(n < 0 for n in real):
-            return "left + right exceed L"
-        before = self.engine.call("positions", self.engine.handles[self.current])
-        if st.ids is None:
-            ids = [list(range(b, b + n)) for b, n in zip(before, real)]
-        else:
-            if len(st.ids) != rows:
-                return "ids= has %d groups for %d rows" % (len(st.ids), rows)
-            for r, (g, n) in enumerate(zip(st.ids, real)):
-                if len(g) != n:
-                    return "ids= gives row %d %d ids for %d real tokens" % (r, len(g), n)
-            ids = [list(g) for g in st.ids]
-        positions = [list(range(b, b + n)) for b, n in zip(before, real)]
-
-        def fwd(s):
-            h = s.handles[self.current]
-            result = s.adapter.forward(h, columns, ids, positions, left, right, decode)
-            s.last[self.current] = result
-        refusal = self.both(st, fwd)
-        if refusal is None and len(self.sides) == 2:
-            self.compare_forward(st)
-        return refusal
-
-    # -- comparisons with the reference -----------------------------------------
-    def compare_forward(self, st):
-        got = self.engine.last[self.current]
-        want = self.sides[1].last[self.current]
-        for key in sorted(want.seen):
-            layer, row, pos = key
-            what = "sees %s r%d p%d:" % (self.layer_names[layer], row, pos)
-            if key not in got.seen:
-                raise Failure(st.line, "differs from the reference: %s expected %s got no such "
-                              "query" % (what, _items_text(want.seen[key])))
-            if _sorted_items(got.seen[key]) != _sorted_items(want.seen[key]):
-                raise Failure(st.line, "differs from the reference: %s expected %s got %s" % (
-                    what, _items_text(want.seen[key]), _items_text(got.seen[key])))
-        extra = set(got.seen) - set(want.seen)
-        if extra:
-            layer, row, pos = sorted(extra)[0]
-            raise Failure(st.line, "differs from the reference: sees %s r%d p%d: expected no "
-                          "such query" % (self.layer_names[layer], row, pos))
-        if got.out is not None and want.out is not None:
-            for key in sorted(want.out):
-                if key not in got.out:
-                    continue  # an adapter may give outputs of some layers only
-                self.check_values(st, key, want.out[key], got.out[key], "differs from the "
-                                  "reference: ")
-
-    def check_values(self, st, key, want, got, prefix=""):
-        layer, row, pos = key
-        ok = len(want) == len(got) and all(
-            abs(float(g) - float(w)) <= OUT_TOLERANCE * (1 + abs(float(w)))
-            for w, g in zip(want, got))
-        if not ok:
-            raise Failure(st.line, "%sout %s r%d p%d: expected %s got %s" % (
-                prefix, self.layer_names[layer], row, pos,
-                " ".join("%.9g" % v for v in want), " ".join("%.9g" % v for v in got)))
-
-    def observe(self, side, name):
-        h = side.handles[name]
-        a = side.adapter
-        obs = {"positions": list(a.positions(h))}
-        for i in range(len(self.p.layers)):
-            n = self.layer_names[i]
-            if "kind" not in self.unobserved:
-                obs["kind " + n] = a.kind(h, i)
-            if "trimmable" not in self.unobserved:
-                obs["trimmable " + n] = "yes" if a.trimmable(h, i) else "no"
-            if "bytes_per_token" not in self.unobserved:
-                obs["bytes_per_token " + n] = int(a.bytes_per_token(h, i))
-        return obs
-
-    def compare_state(self, line):
-        if len(self.sides) < 2:
-            return
-        for name in sorted(self.sides[1].handles):
-            want = self.observe(self.sides[1], name)
-            got = self.observe(self.engine, name)
-            for key in want:
-                if want[key] != got[key]:
-                    where = "" if name == self.current else " (layout %s)" % name
-                    raise Failure(line, "differs from the reference%s: %s expected %s got %s" % (
-                        where, key, want[key], got[key]))
-
-    # -- expectations -------------------------------------------------------------
-    def expect_error(self, st):
-        inner = st.inner
-        snapshots = []
-        for s in self.sides:
-            snapshots.append(s.call("fork", s.handles[self.current]))
-        names_before = (self.current, sorted(self.engine.handles))
-        try:
-            refusal = self.execute(inner)
-        except Failure:
-            raise
-        if refusal is None:
-            raise Failure(st.line, "expected an error got none")
-        if (self.current, sorted(self.engine.handles)) != names_before:
-            raise Failure(st.line, "expected the layout unchanged after the refusal (%s) got a "
-                          "change" % refusal)
-        for s, snap in zip(self.sides, snapshots):
-            diff = s.call("difference", snap, s.handles[self.current])
-            if diff:
-                who = "" if s is self.engine else " (in the reference)"
-                raise Failure(st.line, "expected the layout unchanged after the refusal (%s) got "
-                              "a change%s: %s" % (refusal, who, diff))
-        return None
-
-    def expect(self, st):
-        op = st.op
-        eng = self.engine
-        h = eng.handles[self.current]
-        if op == "expect sees" or op == "expect out":
-            layer = self.layer_names.index(st.layer)
-            key = (layer, st.row, st.pos)
-            last = eng.last[self.current]
-            what = "%s %s r%d p%d:" % (op[7:], st.layer, st.row, st.pos)
-            if op == "expect sees":
-                want = _items_text(st.items)
-                if last is None or key not in last.seen:
-                    raise Failure(st.line, "expected %s %s got no such query in the last "
-                                  "forward" % (what, want))
-                got = _items_text(last.seen[key])
-                if got != want:
-                    raise Failure(st.line, "expected %s %s got %s" % (what, want, got))
-                return
-            if "out" in self.unobserved:
-                self.not_compared(op)
-                return
-            if last is not None and last.out is None:
-                raise NotApplicable("the adapter computes no outputs (expect out, line %d)"
-                                    % st.line)
-            if last is None or key not in last.out:
-                raise Failure(st.line, "expected %s %s got no such query in the last forward" % (
-                    what, " ".join("%.9g" % v for v in st.values)))
-            self.check_values(st, key, st.values, list(last.out[key]))
-            return
-        if op == "expect positions":
-            got = list(eng.call("positions", h))
-            if len(got) != len(st.positions):
-                raise Failure(st.line, "error: expect positions lists %d values for %d rows" % (
-                    len(st.positions), len(got)))
-            if got != list(st.positions):
-                raise Failure(st.line, "expected positions %s got %s" % (
-                    ",".join(map(str, st.positions)), ",".join(map(str, got))))
-            return
-        if op == "expect equal":
-            if st.name not in eng.handles:
-                raise Failure(st.line, "error: expect equal: no layout named '%s'" % st.name)
-            verdicts = [s.call("difference", s.handles[self.current], s.handles[st.name])
-                        for s in self.sides]
-            if verdicts[0]:
-                raise Failure(st.line, "expected equal %s got %s" % (st.name, verdicts[0]))
-            if len(verdicts) == 2 and verdicts[1]:
-                raise Failure(st.line, "differs from the reference: expected a difference (%s) "
-                              "got equal" % verdicts[1])
-            return
-        layer = self.layer_names.index(st.layer)
-        if op[len("expect "):] in self.unobserved:
-            self.not_compared(op)
-            return
-        if op == "expect trimmable":
-            got = bool(eng.call("trimmable", h, layer))
-            if got != st.yes:
-                raise Failure(st.line, "expected trimmable %s %s got %s" % (
-                    st.layer, "yes" if st.yes else "no", "yes" if got else "no"))
-        elif op == "expect kind":
-            got = eng.call("kind", h, layer)
-            if got != st.kind:
-                raise Failure(st.line, "expected kind %s %s got %s" % (st.layer, st.kind, got))
-        elif op == "expect bytes_per_token":
-            got = int(eng.call("bytes_per_token", h, layer))
-            if got != st.bytes:
-                raise Failure(st.line, "expected bytes_per_token %s %d got %d" % (
-                    st.layer, st.bytes, got))
-        else:
-            raise Failure(st.line, "unknown statement %s" % op)
-
-
-def run_program(prog, adapter, reference=None, lenient=False):
+def run_program(prog: Program, adapter: AdapterSpec, reference: Optional[Adapter] = None,
+                lenient: bool = False) -> Result:
     """Runs one parsed program; returns a :class:`Result`."""
-    adapter = load_adapter(adapter)
-    run = _Run(prog, adapter, reference, lenient)
+    run = Lockstep(prog, load_adapter(adapter), reference, lenient)
     try:
         run.run()
     except NotApplicable as e:
@@ -478,7 +114,8 @@ def run_program(prog, adapter, reference=None, lenient=False):
     return result
 
 
-def run_file(path, adapter, compare=True, lenient=False):
+def run_file(path: str, adapter: AdapterSpec, compare: bool = True,
+             lenient: bool = False) -> Result:
     """Runs one file (.trace or .json); returns a :class:`Result`."""
     try:
         prog = programs.load(path)
@@ -488,7 +125,7 @@ def run_file(path, adapter, compare=True, lenient=False):
     # lines; a .trace file reports itself.
     if not path.endswith(".json"):
         prog.file = path
-    reference = None
+    reference: Optional[Adapter] = None
     if compare and have_core():
         from .adapters.reference import Adapter as Reference
         reference = Reference()
@@ -501,18 +138,20 @@ def run_file(path, adapter, compare=True, lenient=False):
     return result
 
 
-def summary(results):
+def summary(results: Sequence[Result]) -> str:
     counts = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "not applicable")}
     return "%d passed, %d failed, %d not applicable" % (
         counts["pass"], counts["fail"], counts["not applicable"])
 
 
-def run(adapter, files, compare=True, as_json=False, out=None, lenient=False):
+def run(adapter: AdapterSpec, files: Sequence[str], compare: bool = True,
+        as_json: bool = False, out: Optional[TextIO] = None,
+        lenient: bool = False) -> List[Result]:
     """Runs every file with the adapter (a ``MODULE[:CLASS]`` string, a class
     or an instance); prints the report to ``out`` (default stdout) and
     returns the list of :class:`Result`."""
     out = out or sys.stdout
-    results = []
+    results: List[Result] = []
     if compare and have_core():
         mode = "compared with kvspec's core"
     elif compare:
@@ -538,9 +177,12 @@ def run(adapter, files, compare=True, as_json=False, out=None, lenient=False):
     return results
 
 
-def main(argv=None):
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The command line (``kvspec-conform``, ``python3 -m kvspec.conform``);
+    returns the exit status."""
+    script = os.path.basename(sys.argv[0]) if sys.argv else ""
     parser = argparse.ArgumentParser(
-        prog="python3 -m kvspec.conform",
+        prog=script if script == "kvspec-conform" else "python3 -m kvspec.conform",
         description="Runs kvspec traces against an engine's cache through an adapter.")
     parser.add_argument("--adapter", required=True,
                         help="MODULE[:CLASS] of the adapter (MODULE alone: MODULE:Adapter)")

@@ -17,7 +17,7 @@ class NotApplicable(Exception):
     it is never silently skipped.
     """
 
-    def __init__(self, reason):
+    def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
 

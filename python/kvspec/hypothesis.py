@@ -28,6 +28,7 @@ import os
 import re
 import sys
 import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple, Type, cast
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, assume, settings
@@ -35,11 +36,15 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, \
     run_state_machine_as_test
 
-from . import conform
+from .conform import AdapterSpec, load_adapter
 from .errors import NotApplicable
+from .lockstep import Failure, Lockstep
 from .program import Program, Statement
 
 NAMES = ["b", "c", "d"]
+
+#: A drawn trace header: rows and the layers (as kvspec.program.Layer's dicts).
+Header = Tuple[int, List[Dict[str, Any]]]
 
 
 def _layer(kind, i, draw):
@@ -77,10 +82,11 @@ class _NoLayout:
 class Recorder:
     """The statements of the example being run, as a trace."""
 
-    last_failure = None  # (trace text, message) of the last failing run
+    last_failure: Optional[Tuple[str, str]] = None  # (trace text, message) of the last failing run
 
 
-def machine(adapter, kinds=("kv", "rotating"), lenient=False, keep_going=False):
+def machine(adapter: AdapterSpec, kinds: Sequence[str] = ("kv", "rotating"),
+            lenient: bool = False, keep_going: bool = False) -> Type[RuleBasedStateMachine]:
     """A RuleBasedStateMachine class driving ``adapter`` (MODULE[:CLASS], a
     class or an instance factory) against kvspec's core."""
     from .adapters.reference import Adapter as Reference
@@ -90,8 +96,8 @@ def machine(adapter, kinds=("kv", "rotating"), lenient=False, keep_going=False):
         passed = 0            # runs that ended without a failure, before the first one
         not_applicable = 0
         found = False         # a failure was seen: later runs are shrinking
-        target = None         # keep_going: the signature being shrunk
-        failures = {}         # keep_going: signature -> failed examples
+        target: Optional[str] = None  # keep_going: the signature being shrunk
+        failures: Dict[str, int] = {}  # keep_going: signature -> failed examples
         examples_before = 0   # keep_going: examples of earlier segments
         passed_before = 0
         progress = 0          # seconds between progress lines (0: none)
@@ -103,11 +109,11 @@ def machine(adapter, kinds=("kv", "rotating"), lenient=False, keep_going=False):
         start = 0.0
         out = sys.stdout
 
-        def __init__(self):
+        def __init__(self) -> None:
             super().__init__()
-            self.run = None
-            self.statements = []
-            self.header = None
+            self.run: Optional[Lockstep] = None
+            self.statements: List[Dict[str, Any]] = []
+            self.header: Optional[Header] = None
             self.failed = False
             self.dead = False  # keep_going: a counted failure, the rest does nothing
             if not Machine.found:
@@ -127,52 +133,53 @@ def machine(adapter, kinds=("kv", "rotating"), lenient=False, keep_going=False):
 
         # -- bookkeeping ------------------------------------------------------
         def program(self):
-            rows, layers = self.header
+            rows, layers = cast(Header, self.header)
             return Program({"format": "kvspec-trace-json", "version": 1, "file": "<random>",
                             "rows": rows, "header_end_line": 2 + len(layers),
                             "layers": layers, "statements": self.statements})
 
         def line(self):
-            return 3 + len(self.header[1]) + len(self.statements)
+            return 3 + len(cast(Header, self.header)[1]) + len(self.statements)
 
         def p_line(self):
-            return 2 + len(self.header[1])
+            return 2 + len(cast(Header, self.header)[1])
 
         def step(self, d):
             """Runs one statement; a refusal of both sides is recorded as
             `expect error` and checked to change nothing."""
             if self.dead:
                 return
+            run = cast(Lockstep, self.run)  # set up unless the example is dead
             d["line"] = self.line()
             stmt = Statement(d)
             try:
                 try:
-                    snapshot = [s.call("fork", s.handles[self.run.current])
-                                for s in self.run.sides]
-                    names = sorted(self.run.engine.handles)
-                    refusal = self.run.execute(stmt)
+                    snapshot = [s.call("fork", s.handles[run.current])
+                                for s in run.sides]
+                    names = sorted(run.engine.handles)
+                    refusal = run.execute(stmt)
                     if refusal is None:
                         self.statements.append(d)
                         if not stmt.op.startswith("expect"):
-                            self.run.compare_state(stmt.line)
+                            run.compare_state(stmt.line)
                         return
                     wrapped = {"op": "expect error", "line": d["line"], "inner": dict(d)}
                     self.statements.append(wrapped)
-                    if sorted(self.run.engine.handles) != names:
-                        raise conform.Failure(stmt.line, "a refusal changed the layouts")
-                    for s, snap in zip(self.run.sides, snapshot):
-                        diff = s.call("difference", snap, s.handles[self.run.current])
+                    if sorted(run.engine.handles) != names:
+                        raise Failure(stmt.line, "a refusal changed the layouts")
+                    for s, snap in zip(run.sides, snapshot):
+                        diff = s.call("difference", snap, s.handles[run.current])
                         if diff:
-                            raise conform.Failure(stmt.line, "expected the layout unchanged "
-                                                  "after the refusal (%s) got %s" % (refusal, diff))
-                except (conform.Failure, NotApplicable):
+                            raise Failure(stmt.line, "expected the layout unchanged "
+                                          "after the refusal (%s) got %s" % (refusal, diff))
+                except (Failure, NotApplicable):
                     raise
                 except Exception as e:
                     if not keep_going:
                         raise
                     # an adapter error is a failure of the example too
-                    raise conform.Failure(stmt.line, "%s: %s" % (type(e).__name__, e))
-            except conform.Failure as e:
+                    raise Failure(stmt.line, "%s: %s" % (type(e).__name__, e))
+            except Failure as e:
                 if e.reference_refused:
                     d = {"op": "expect error", "line": d["line"], "inner": dict(d)}
                 if not self.statements or self.statements[-1]["line"] != d["line"]:
@@ -234,14 +241,14 @@ def machine(adapter, kinds=("kv", "rotating"), lenient=False, keep_going=False):
                 self.dead = self.failed = True
                 return
             try:
-                self.run = conform._Run(self.program(), conform.load_adapter(adapter),
+                self.run = Lockstep(self.program(), load_adapter(adapter),
                                         Reference(), lenient)
                 self.run.run()
             except NotApplicable:
                 if not Machine.found:
                     Machine.not_applicable += 1
                 assume(False)
-            except conform.Failure as e:
+            except Failure as e:
                 self.fail({"op": "header"}, e.line, e.message)
             except Exception as e:
                 if not keep_going:
@@ -296,13 +303,15 @@ def machine(adapter, kinds=("kv", "rotating"), lenient=False, keep_going=False):
         @precondition(lambda self: self.run is not None and len(self.run.engine.handles) > 1)
         @rule(data=st.data())
         def use(self, data):
+            run = cast(Lockstep, self.run)  # the precondition: set up
             self.step({"op": "use", "name": data.draw(st.sampled_from(
-                sorted(self.run.engine.handles)))})
+                sorted(run.engine.handles)))})
 
         @precondition(lambda self: self.run is not None and len(self.run.engine.handles) > 1)
         @rule(data=st.data())
         def join(self, data):
-            others = sorted(n for n in self.run.engine.handles if n != self.run.current)
+            run = cast(Lockstep, self.run)  # the precondition: set up
+            others = sorted(n for n in run.engine.handles if n != run.current)
             self.step({"op": "join", "name": data.draw(st.sampled_from(others))})
 
         @rule(data=st.data())
@@ -324,12 +333,13 @@ def machine(adapter, kinds=("kv", "rotating"), lenient=False, keep_going=False):
                       and not self.dead)
         @rule(data=st.data())
         def expect_equal(self, data):
+            run = cast(Lockstep, self.run)  # the precondition: set up
             # Compared on both sides: the adapter must agree with the core
             # about equality, whichever it is.
-            name = data.draw(st.sampled_from(sorted(self.run.engine.handles)))
+            name = data.draw(st.sampled_from(sorted(run.engine.handles)))
             try:
-                verdicts = [s.call("difference", s.handles[self.run.current], s.handles[name])
-                            for s in self.run.sides]
+                verdicts = [s.call("difference", s.handles[run.current], s.handles[name])
+                            for s in run.sides]
             except NotApplicable:
                 raise
             except Exception:
@@ -358,7 +368,7 @@ def _strip_parens(text):
         text = t
 
 
-def signature(statement, message):
+def signature(statement: Dict[str, Any], message: str) -> str:
     """The stable class of a failure: the failing statement's kind (``expect
     error`` with its inner statement) and the message with every number,
     list, layout name and parenthesized detail taken out, e.g. ``trim |
@@ -374,6 +384,10 @@ def signature(statement, message):
     m = re.sub(r"N(\s+N)+", "N", m)                       # runs of items
     m = re.sub(r"\s+", " ", m).strip()
     return "%s | %s" % (op, m)
+
+
+#: A known failure class: (name, test(shrunk trace text, message)).
+KnownClass = Tuple[str, Callable[[str, str], bool]]
 
 
 # Known failure classes of the llama.cpp adapter (docs/engines/llama.cpp.md),
@@ -392,7 +406,7 @@ def _settings():
     return os.environ.get("KVSPEC_LLAMA_SETTINGS", "")
 
 
-KNOWN = [
+KNOWN: List[KnownClass] = [
     # a state copy: fork / extract / filter / join / reload, or the lenient
     # undo of a missing refusal (an `expect error` the engine accepted)
     ("L1 SWA state copy is lossy", lambda t, m: _windowed(t) and "seq_cp=1" not in _settings()
@@ -411,7 +425,7 @@ KNOWN = [
 ]
 
 
-def classify(text, message, known=None):
+def classify(text: str, message: str, known: Optional[Sequence[KnownClass]] = None) -> str:
     """The known class a shrunk failure matches (see KNOWN), or "new"."""
     for name, test in (KNOWN if known is None else known):
         if test(text, message):
@@ -424,9 +438,13 @@ def _slug(sig):
     return s[:60].strip("-") or "failure"
 
 
-def run_random(adapter, examples, seed=0, max_steps=20, out=None, database=None,
-               failure_dir=None, lenient=False, kinds=("kv", "rotating"), keep_going=False,
-               progress=60, known=None, time_budget=None, shrink_seconds=None):
+def run_random(adapter: AdapterSpec, examples: int, seed: int = 0, max_steps: int = 20,
+               out: Optional[TextIO] = None, database: Optional[str] = None,
+               failure_dir: Optional[str] = None, lenient: bool = False,
+               kinds: Sequence[str] = ("kv", "rotating"), keep_going: bool = False,
+               progress: float = 60, known: Optional[Sequence[KnownClass]] = None,
+               time_budget: Optional[float] = None,
+               shrink_seconds: Optional[float] = None) -> int:
     """Runs ``examples`` random programs of at most ``max_steps`` statements.
     Prints progress, the shrunk failing trace (also written to a file) and
     the closing line; returns the number of failures (0 or 1).
@@ -446,7 +464,7 @@ def run_random(adapter, examples, seed=0, max_steps=20, out=None, database=None,
         return _run_keep_going(adapter, examples, seed, max_steps, out, failure_dir, lenient,
                                kinds, progress, known, time_budget, shrink_seconds)
     out = out or sys.stdout
-    M = machine(adapter, kinds=tuple(kinds), lenient=lenient)
+    M: Any = machine(adapter, kinds=tuple(kinds), lenient=lenient)
     M.out, M.progress, M.start, M.last_tick = out, progress, time.monotonic(), time.monotonic()
     Recorder.last_failure = None
     db_path = database or os.path.join(os.getcwd(), ".hypothesis", "examples")
@@ -483,17 +501,19 @@ def run_random(adapter, examples, seed=0, max_steps=20, out=None, database=None,
 CHUNK = 100  # keep_going: examples per Hypothesis run
 
 
-def _run_keep_going(adapter, examples, seed, max_steps, out, failure_dir, lenient, kinds,
-                    progress, known, time_budget, shrink_seconds):
+def _run_keep_going(adapter: AdapterSpec, examples: int, seed: int, max_steps: int,
+                    out: Optional[TextIO], failure_dir: Optional[str], lenient: bool,
+                    kinds: Sequence[str], progress: float, known: Optional[Sequence[KnownClass]],
+                    time_budget: Optional[float], shrink_seconds: Optional[float]) -> int:
     from hypothesis import Phase
     from hypothesis import seed as hseed
     out = out or sys.stdout
     failure_dir = failure_dir or os.path.join(os.getcwd(), "kvspec-random-%d" % seed)
     os.makedirs(failure_dir, exist_ok=True)
-    M = machine(adapter, kinds=tuple(kinds), lenient=lenient, keep_going=True)
+    M: Any = machine(adapter, kinds=tuple(kinds), lenient=lenient, keep_going=True)
     M.out, M.progress, M.start, M.last_tick = out, progress, time.monotonic(), time.monotonic()
     M.shrink_limit = shrink_seconds or 0
-    shrunk = []  # (signature, class, path, message)
+    shrunk: List[Tuple[Optional[str], str, str, str]] = []  # (signature, class, path, message)
     segment = 0
     stopped = False
     while M.examples_before < examples:
@@ -525,7 +545,7 @@ def _run_keep_going(adapter, examples, seed, max_steps, out, failure_dir, lenien
             if M.examples == 0:
                 break
             continue
-        text, message = Recorder.last_failure
+        text, message = cast(Tuple[str, str], Recorder.last_failure)  # set by the failure
         cls = classify(text, message, known)
         path = os.path.join(failure_dir, "%03d-%s.trace" % (len(shrunk) + 1, _slug(M.target)))
         with open(path, "w") as f:
@@ -542,8 +562,8 @@ def _run_keep_going(adapter, examples, seed, max_steps, out, failure_dir, lenien
     nfail = sum(M.failures.values())
     print("# %d examples in %.1f s (seed %d, at most %d steps, keep going%s)" % (
         M.examples_before, elapsed, seed, max_steps,
-        ", stopped by the time budget of %g s before %d examples" % (time_budget, examples)
-        if stopped else ""), file=out)
+        ", stopped by the time budget of %g s before %d examples" % (
+            cast(float, time_budget), examples) if stopped else ""), file=out)
     for sig, cls, path, message in shrunk:
         print("# class %s: %d examples failed; shrunk: %s; %s" % (
             sig, M.failures.get(sig, 0), path, cls), file=out)

@@ -8,8 +8,12 @@ same shape the repository ships for every corpus trace in corpus/emitted/
 
 import json
 import os
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Tuple, Union
 
 from .errors import TraceSyntaxError
+
+#: A seen item as a trace writes it: ``(pos, id)`` or a tag word.
+SeenItem = Union[Tuple[int, int], str]
 
 
 class Layer:
@@ -17,15 +21,27 @@ class Layer:
 
     FIELDS = ("name", "kind", "line", "heads", "qheads", "dim", "window", "capacity",
               "kheads", "dk", "dv", "conv")
+    name: str
+    kind: str  # "kv", "rotating" or "ssm"
+    line: int
+    heads: int
+    qheads: int
+    dim: int
+    window: int
+    capacity: int
+    kheads: int
+    dk: int
+    dv: int
+    conv: int
 
-    def __init__(self, d):
+    def __init__(self, d: Dict[str, Any]) -> None:
         for f in self.FIELDS:
             setattr(self, f, d[f])
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
         return {f: getattr(self, f) for f in self.FIELDS}
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Layer(%s)" % ", ".join("%s=%r" % (f, getattr(self, f)) for f in self.FIELDS)
 
 
@@ -34,7 +50,17 @@ class Statement:
     op's own fields as attributes (see trace/json.h for each op's fields).
     ``expect error`` holds the refused statement in ``inner``."""
 
-    def __init__(self, d):
+    op: str
+    line: int
+    emitted_line: int
+    inner: "Statement"  # expect error's statement
+
+    if TYPE_CHECKING:
+        # the op's own fields (count, name, layer, items, ...), set from the
+        # JSON document
+        def __getattr__(self, field: str) -> Any: ...
+
+    def __init__(self, d: Dict[str, Any]) -> None:
         self.fields = {k: v for k, v in d.items() if k not in ("op", "line", "source_line")}
         self.op = d["op"]
         # In an emitted (.json) trace, the line of the original trace file
@@ -44,7 +70,7 @@ class Statement:
         for k, v in self.fields.items():
             setattr(self, k, Statement(v) if k == "inner" else v)
 
-    def text(self):
+    def text(self) -> str:
         """The statement back in trace syntax (for reports and shrunk examples)."""
         f, op = self, self.op
         if op == "window":
@@ -81,7 +107,7 @@ class Statement:
         if op == "expect error":
             return "expect error " + f.inner.text()
         if op == "expect equal":
-            return "expect equal " + f.name
+            return "expect equal %s" % f.name
         if op == "expect trimmable":
             return "expect trimmable %s %s" % (f.layer, "yes" if f.yes else "no")
         if op == "expect kind":
@@ -90,11 +116,11 @@ class Statement:
             return "expect bytes_per_token %s %d" % (f.layer, f.bytes)
         raise ValueError("unknown op " + op)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Statement(line=%d, %s)" % (self.line, self.text())
 
 
-def format_item(item):
+def format_item(item: SeenItem) -> str:
     """A seen item as the trace prints it: ``pos``, ``pos:id`` or a tag word."""
     if isinstance(item, str):
         return item
@@ -102,7 +128,7 @@ def format_item(item):
     return str(pos) if pos == ident else "%d:%d" % (pos, ident)
 
 
-def format_items(items):
+def format_items(items: Iterable[SeenItem]) -> str:
     return " ".join(format_item(i) for i in items)
 
 
@@ -110,22 +136,22 @@ class Program:
     """A parsed trace: ``file``, ``rows``, ``layers`` (list of :class:`Layer`),
     ``statements`` (list of :class:`Statement`), ``header_end_line``."""
 
-    def __init__(self, d):
+    def __init__(self, d: Dict[str, Any]) -> None:
         if d.get("format") != "kvspec-trace-json" or d.get("version") != 1:
             raise ValueError("not a kvspec trace JSON document (format/version)")
-        self.file = d["file"]
-        self.rows = d["rows"]
-        self.header_end_line = d["header_end_line"]
+        self.file: str = d["file"]
+        self.rows: int = d["rows"]
+        self.header_end_line: int = d["header_end_line"]
         self.layers = [Layer(x) for x in d["layers"]]
         self.statements = [Statement(x) for x in d["statements"]]
 
-    def layer_index(self, name):
+    def layer_index(self, name: str) -> int:
         for i, layer in enumerate(self.layers):
             if layer.name == name:
                 return i
         raise KeyError(name)
 
-    def text(self):
+    def text(self) -> str:
         """The program back as trace text."""
         lines = ["trace 1", "rows %d" % self.rows]
         for layer in self.layers:
@@ -142,7 +168,7 @@ class Program:
         return "\n".join(lines) + "\n"
 
 
-def parse_trace(text, file="<string>"):
+def parse_trace(text: str, file: str = "<string>") -> Program:
     """Parses trace text with kvspec's own parser (needs the compiled module).
     Raises :class:`kvspec.TraceSyntaxError` with ``FILE:LINE:COL: message``."""
     from . import _core
@@ -151,12 +177,12 @@ def parse_trace(text, file="<string>"):
 
 # The most bytes an emitted ``.json`` file may hold (the trace with its
 # expectations written out, each statement an object; a ``.trace`` file may
-# hold ``kvspec._core.MAX_TRACE_BYTES``, the parser's limit): checked while
+# hold ``kvspec.MAX_TRACE_BYTES``, the parser's limit): checked while
 # reading, so that a larger file is never held whole.
 MAX_EMITTED_BYTES = 64 << 20
 
 
-def _read_bounded(path, limit):
+def _read_bounded(path: str, limit: int) -> str:
     with open(path, "rb") as f:
         data = f.read(limit + 1)
     if len(data) > limit:
@@ -164,11 +190,11 @@ def _read_bounded(path, limit):
     return data.decode("utf-8")
 
 
-def load(path):
+def load(path: str) -> Program:
     """A trace file: ``.json`` (emitted form, pure Python) or ``.trace``
     (through kvspec's parser, needs the compiled module). Raises
     :class:`kvspec.TraceSyntaxError` for a file over ``MAX_EMITTED_BYTES``
-    (.json) or ``kvspec._core.MAX_TRACE_BYTES`` (.trace), read no further
+    (.json) or ``kvspec.MAX_TRACE_BYTES`` (.trace), read no further
     than that."""
     if path.endswith(".json"):
         return Program(json.loads(_read_bounded(path, MAX_EMITTED_BYTES)))

@@ -29,4 +29,20 @@ def test_venv_install(tmp_path):
     p = subprocess.run([py, "-m", "kvspec.conform", "--adapter", "kvspec.adapters.naive_ring",
                         trace], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert p.returncode == 1 and "fail %s:34:" % trace in p.stdout, p.stdout + p.stderr
+    # the console script pip generated from pyproject.toml
+    script = str(venv / "bin" / "kvspec-conform")
+    p = subprocess.run([script, "--help"], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.startswith("usage: kvspec-conform"), p.stderr
+    p = subprocess.run([script, "--adapter", "naive_ring", trace], env=env, cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and "fail %s:34:" % trace in p.stdout, p.stdout + p.stderr
+    # the package data: the type stubs and the llama.cpp adapter's shim
+    p = subprocess.run([py, "-c", "import os, kvspec, kvspec.adapters.llama_cpp as l\n"
+                        "d = os.path.dirname\n"
+                        "print(*(os.path.isfile(f) for f in (\n"
+                        "    os.path.join(d(kvspec.__file__), 'py.typed'),\n"
+                        "    os.path.join(d(kvspec.__file__), '_core.pyi'),\n"
+                        "    os.path.join(d(l.__file__), 'shim.c'))))"],
+                       env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.split() == ["True"] * 3, p.stdout + p.stderr
     assert not os.path.exists(os.path.join(SOURCE_DIR, "python", "build"))

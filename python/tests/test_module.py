@@ -120,6 +120,7 @@ def test_last_mask_and_view():
     layout = kvspec.Layout(1, [kvspec.LayerConfig("s", "rotating", window=2, capacity=3)])
     layout.forward(2, inputs(layout, 2))
     mask = layout.last_mask(0)
+    assert mask is not None
     assert mask["window"] == 2 and mask["admits"].shape[:2] == (1, 2)
     assert mask["admits"][0, 1].sum() == 2
     view = layout.kv_view(0)
@@ -254,7 +255,7 @@ def test_trace_files_over_the_parsers_cap_are_refused_without_being_held(tmp_pat
     # The cap is the parser's own (trace::kMaxTraceBytes): one byte over it
     # in memory is refused by the parser, an 8 GiB file by load() after
     # reading no further than the cap.
-    cap = kvspec._core.MAX_TRACE_BYTES
+    cap = kvspec.MAX_TRACE_BYTES
     assert cap == 4 << 20
     with pytest.raises(kvspec.TraceSyntaxError, match="input too large"):
         kvspec.program.parse_trace("#" * (cap + 1))

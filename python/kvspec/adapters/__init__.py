@@ -6,5 +6,8 @@
 - ``kvspec.adapters.naive_ring``: numpy_cache with a deliberately naive ring
   trim (counters only, even after a wrap), which the runner must catch.
 - ``kvspec.adapters.llama_cpp``: llama.cpp (from npm, engines/llama.cpp)
-  through its C API with generated probe models; docs/engines/llama.cpp.md.
+  through its C API (the C shim beside the adapter) with generated probe
+  models; docs/engines/llama.cpp.md.
+
+The runner takes each by its bare name too: ``--adapter llama_cpp``.
 """

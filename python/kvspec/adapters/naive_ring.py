@@ -6,6 +6,7 @@ through. Everything else is numpy_cache. The conformance runner must catch
 it on the ring traces (tests/test_conform.py), each failure naming its line.
 """
 
+from ..errors import Refused
 from . import numpy_cache
 
 
@@ -15,7 +16,7 @@ class Adapter(numpy_cache.Adapter):
     def trim(self, c, n, bypass):
         if any(c.wrapped(layer) for layer in c.layers):
             if c.armed:
-                raise numpy_cache.Refused("trim while a round is armed")
+                raise Refused("trim while a round is armed")
             self._move_counters(c, [n] * c.rows)
             return
         super().trim(c, n, bypass)
@@ -24,7 +25,7 @@ class Adapter(numpy_cache.Adapter):
         if c.armed and c.verified and any(c.wrapped(layer) for layer in c.layers):
             for r, k in enumerate(keep):
                 if k > c.verify_real[r]:
-                    raise numpy_cache.Refused("accept %d: row %d has only %d tokens" % (
+                    raise Refused("accept %d: row %d has only %d tokens" % (
                         k, r, c.verify_real[r]))
             self._move_counters(c, [r - k for r, k in zip(c.verify_real, keep)])
             c.armed = c.verified = False

@@ -18,10 +18,13 @@ row at positions p - window + 1 .. p.
 import copy
 import pickle
 
+from typing import Any, Dict, List
+
 import numpy as np
+import numpy.typing as npt
 
 from .. import values
-from ..adapter import Adapter as Base, ForwardResult
+from ..adapter import Adapter as Base, ForwardResult, Item, QueryKey
 from ..errors import NotApplicable, Refused
 
 MAX_TOKENS_PER_ROW = 1000000
@@ -38,10 +41,10 @@ class Layer:
         self.capacity = (spec.capacity or spec.window) if self.ring else 0
         self.heads, self.qheads, self.dim = spec.heads, spec.qheads or spec.heads, spec.dim
         hd = self.heads * self.dim
-        self.pos = np.zeros((rows, 0), np.int32)
-        self.ids = np.zeros((rows, 0), np.int32)
-        self.k = np.zeros((rows, 0, hd), np.float32)
-        self.v = np.zeros((rows, 0, hd), np.float32)
+        self.pos: npt.NDArray[Any] = np.zeros((rows, 0), np.int32)
+        self.ids: npt.NDArray[Any] = np.zeros((rows, 0), np.int32)
+        self.k: npt.NDArray[Any] = np.zeros((rows, 0, hd), np.float32)
+        self.v: npt.NDArray[Any] = np.zeros((rows, 0, hd), np.float32)
 
     def append(self, pos, ids, k, v):
         self.pos = np.concatenate([self.pos, pos], axis=1)
@@ -136,7 +139,8 @@ class Adapter(Base):
                 raise Refused("row %d: left padding on a row that holds tokens" % r)
             if c.next[r] + len(ids[r]) > MAX_TOKENS_PER_ROW:
                 raise Refused("row %d: too many tokens" % r)
-        seen, out = {}, {}
+        seen: Dict[QueryKey, List[Item]] = {}
+        out: Dict[QueryKey, Any] = {}
         for layer in c.layers:
             layer.evict()
             hd = layer.heads * layer.dim

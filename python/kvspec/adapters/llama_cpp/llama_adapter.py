@@ -1,334 +1,18 @@
-"""The llama.cpp adapter: kvspec's traces against llama.cpp's own caches.
-
-    python3 -m kvspec.conform --adapter kvspec.adapters.llama_cpp FILE...
-
-llama.cpp (the release node-llama-cpp pins in engines/llama.cpp/package.json,
-installed by tools/setup with npm) is driven through its C API, llama.h:
-a small C shim (engines/llama.cpp/shim.c, compiled on first use against the
-headers of the same release, linked to its prebuilt libllama) and ctypes.
-docs/engines/llama.cpp.md describes the mapping statement by statement.
-
-The model is a *probe*: a gemma3-architecture GGUF written at run time with
-llama.cpp's own gguf-py (never checked in; cached under $KVSPEC_LLAMA_CACHE
-or a temporary directory). Every written token gets a fresh token id (its
-*label*); the token embedding is one-hot on the label, query and key weights
-are zero (every admitted cell gets the same attention weight), the value and
-output projections copy the one-hot into a block of the residual stream of
-its own per model layer, and the FFN is zero. So in a token's output
-embedding the nonzero entries of layer l's block are exactly the labels of
-the cells that query attended to in layer l: the adapter maps labels back to
-the trace's (position, id). One full-attention model layer stands for the
-trace's kv layers, one sliding-window layer (gemma3 SWA, the trace's window)
-for its rotating layers: llama.cpp keeps one cache for each kind.
-
-Settings that change cache behaviour come from $KVSPEC_LLAMA_SETTINGS, e.g.
-``swa_full=0,kv_unified=0,n_seq_max=8,n_ubatch=1`` (defaults: swa_full=1,
-kv_unified=1, n_seq_max=4 (a context has max(rows, n_seq_max) sequences), n_ubatch=64,
-n_rs_seq=8: recurrent-state snapshots for rollback, used by the recurrent
-probe only; exact_states=0; seq_cp=0: with seq_cp=1 every layout lives in
-one 128-sequence context per attention probe model and fork / filter / join
-/ extract / the equality probes use llama_memory_seq_cp instead of state
-copies; recurrent contexts keep state copies, whose bytes hold
-context-dependent cell metadata; pool=1: freed contexts are reused after
-llama_memory_clear, pool=0 creates each afresh).
-
-Recurrent (ssm) layers use a second probe, a qwen35 gated DeltaNet hybrid
-with small seeded random weights (write_recurrent_model): there the token
-ids are the trace's ids, nothing is read from the outputs, and ``expect
-equal`` compares the sequences' llama_state_seq_get_data bytes: integers
-bit for bit, floats within a relative 1e-4 (exact_states=1: every bit).
-"""
+"""The llama.cpp adapter: trace layouts as llama.cpp contexts of the probe
+models (see the package's docstring and docs/engines/llama.cpp.md)."""
 
 import ctypes
 import gc
-import os
 import pickle
-import shutil
-import subprocess
-import sys
-import tempfile
 import weakref
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from ..adapter import Adapter as Base, ForwardResult
-from ..errors import NotApplicable, Refused
-
-RELEASE = "v0.4.0"
-LABELS = 512            # probe vocabulary: token ids (labels) per trace run
-CELLS_PER_SEQ = 256     # context cells per sequence (positions per row)
-PROBE = 0               # the label of probe decodes (never stored for good)
-RECURRENT_VOCAB = 1024  # the recurrent probe's vocabulary (trace ids mod this)
-DEFAULTS = {"swa_full": 1, "kv_unified": 1, "n_seq_max": 4, "n_ubatch": 64, "n_rs_seq": 8,
-            "verbose": 0, "exact_states": 0, "seq_cp": 0, "pool": 1}
-POOL_PER_SHAPE = 8      # freed contexts kept for reuse per (model, n_seq, settings)
-ARENA_SEQS = 128        # sequences of the shared context with seq_cp=1
-ARENA_CELLS = 4096      # its cells (copies share cells)
-STATE_TOLERANCE = 1e-4  # relative, as the runner's OUT_TOLERANCE
-
-
-class EngineMissing(RuntimeError):
-    """The npm package is not installed (tools/setup installs it)."""
-
-
-def _package_dir():
-    env = os.environ.get("KVSPEC_LLAMA_CPP_DIR")
-    if env:
-        return env
-    starts = [os.path.dirname(os.path.realpath(__file__)), os.getcwd()]
-    for d in starts:
-        while True:
-            cand = os.path.join(d, "engines", "llama.cpp")
-            if os.path.isfile(os.path.join(cand, "package.json")):
-                return cand
-            parent = os.path.dirname(d)
-            if parent == d:
-                break
-            d = parent
-    raise EngineMissing("engines/llama.cpp not found above %s or the working directory; set "
-                        "KVSPEC_LLAMA_CPP_DIR" % starts[0])
-
-
-def _cache_dir():
-    d = os.environ.get("KVSPEC_LLAMA_CACHE") or os.path.join(
-        tempfile.gettempdir(), "kvspec-llama-cpp-%d" % os.getuid())
-    os.makedirs(d, exist_ok=True)
-    return d
-
-
-def settings():
-    s = dict(DEFAULTS)
-    for item in filter(None, os.environ.get("KVSPEC_LLAMA_SETTINGS", "").split(",")):
-        key, _, value = item.partition("=")
-        if key.strip() not in s:
-            raise ValueError("KVSPEC_LLAMA_SETTINGS: unknown setting %r" % key)
-        s[key.strip()] = int(value)
-    return s
-
-
-class _Engine:
-    """The loaded shim (one per process)."""
-
-    _instance = None
-
-    @classmethod
-    def get(cls):
-        if cls._instance is None:
-            cls._instance = cls()
-        return cls._instance
-
-    def __init__(self):
-        pkg = _package_dir()
-        nm = os.path.join(pkg, "node_modules")
-        self.bins = os.path.join(nm, "@node-llama-cpp", "linux-x64", "bins", "linux-x64")
-        bundle = os.path.join(nm, "node-llama-cpp", "llama", "gitRelease.bundle")
-        lib = os.path.join(self.bins, "libllama.%s.so" % RELEASE)
-        if not os.path.isfile(lib) or not os.path.isfile(bundle):
-            raise EngineMissing("llama.cpp is not installed: %s or %s is missing (run tools/setup, "
-                                "which runs npm ci in engines/llama.cpp)" % (lib, bundle))
-        cache = _cache_dir()
-        self.src = os.path.join(cache, "src-" + RELEASE)
-        if not os.path.isfile(os.path.join(self.src, "include", "llama.h")):
-            tmp = self.src + ".tmp%d" % os.getpid()
-            shutil.rmtree(tmp, ignore_errors=True)
-            subprocess.run(["git", "clone", "-q", "--no-checkout", bundle, tmp], check=True)
-            subprocess.run(["git", "-C", tmp, "-c", "advice.detachedHead=false", "checkout", "-q",
-                            "HEAD", "--", "include", "ggml/include", "gguf-py"], check=True)
-            try:
-                os.rename(tmp, self.src)  # atomic: a concurrent run may have won
-            except OSError:
-                if not os.path.isfile(os.path.join(self.src, "include", "llama.h")):
-                    shutil.rmtree(self.src, ignore_errors=True)  # a broken earlier attempt
-                    os.rename(tmp, self.src)
-                else:
-                    shutil.rmtree(tmp, ignore_errors=True)
-        shim_c = os.path.join(pkg, "shim.c")
-        so = os.path.join(cache, "kvspec-llama-shim-%s.so" % RELEASE)
-        if not os.path.isfile(so) or os.path.getmtime(so) < os.path.getmtime(shim_c):
-            tmp = so + ".tmp%d" % os.getpid()
-            subprocess.run([os.environ.get("CC", "cc"), "-O1", "-shared", "-fPIC", "-o", tmp, shim_c,
-                            "-I" + os.path.join(self.src, "include"),
-                            "-I" + os.path.join(self.src, "ggml", "include"),
-                            "-L" + self.bins, "-l:libllama.%s.so" % RELEASE,
-                            "-l:libggml.%s.so" % RELEASE, "-l:libggml-base.so",
-                            "-Wl,-rpath," + self.bins], check=True)
-            os.rename(tmp, so)
-        lib = ctypes.CDLL(so)
-        P, I, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
-        IP, FP, BP = ctypes.POINTER(I), ctypes.POINTER(ctypes.c_float), ctypes.c_char_p
-        for name, res, args in [
-                ("kvl_init", I, [BP, I]), ("kvl_model", P, [BP]), ("kvl_model_free", None, [P]),
-                ("kvl_context", P, [P, I, I, I, I, I, I, I]), ("kvl_free", None, [P]),
-                ("kvl_n_embd", I, [P]), ("kvl_decode", I, [P, I, IP, IP, IP, FP]),
-                ("kvl_seq_rm", I, [P, I, I, I]), ("kvl_seq_cp", None, [P, I, I, I, I]),
-                ("kvl_seq_pos_max", I, [P, I]), ("kvl_seq_pos_min", I, [P, I]),
-                ("kvl_clear", None, [P]), ("kvl_state_size", S, [P, I]),
-                ("kvl_state_get", S, [P, ctypes.c_char_p, S, I]),
-                ("kvl_state_set", S, [P, ctypes.c_char_p, S, I])]:
-            f = getattr(lib, name)
-            f.restype = res
-            f.argtypes = args
-        self.lib = lib
-        if lib.kvl_init(self.bins.encode(), settings()["verbose"]) != 0:
-            raise EngineMissing("llama.cpp found no backend in %s" % self.bins)
-        self.models = {}
-        self.arenas = {}
-        self.scratch = {}
-        self.cache = cache
-
-    def recurrent_model(self, conv):
-        key = ("recurrent", conv)
-        if key not in self.models:
-            path = os.path.join(self.cache, "probe-qwen35-conv%d-v%d.gguf" % (conv, RECURRENT_VOCAB))
-            self._load(key, path, lambda tmp, gguf: write_recurrent_model(tmp, conv,
-                                                                          RECURRENT_VOCAB, gguf))
-        return self.models[key]
-
-    def model(self, layers, window):
-        """The probe model for model layers ``layers`` ("full"/"swa") with
-        sliding window ``window``: (model pointer, n_embd)."""
-        key = (tuple(layers), window)
-        if key not in self.models:
-            path = os.path.join(self.cache, "probe-%s-w%d-v%d.gguf" % ("-".join(layers), window,
-                                                                         LABELS))
-            self._load(key, path, lambda tmp, gguf: write_probe_model(tmp, layers, window, LABELS,
-                                                                      gguf))
-        return self.models[key]
-
-    def _load(self, key, path, write):
-        """Loads the probe model at ``path`` into ``self.models[key]``, first
-        writing it with ``write(tmp_path, gguf_py_dir)`` when it is not cached."""
-        if not os.path.isfile(path):
-            tmp = path + ".tmp%d" % os.getpid()
-            write(tmp, os.path.join(self.src, "gguf-py"))
-            os.rename(tmp, path)
-        m = self.lib.kvl_model(path.encode())
-        if not m:
-            raise RuntimeError("llama.cpp could not load the probe model %s" % path)
-        self.models[key] = (m, self.lib.kvl_n_embd(m))
-
-
-def write_probe_model(path, layers, window, labels, gguf_py):
-    """Writes the probe GGUF (see the module comment): gemma3, one head of
-    dimension ``labels``, n_embd = labels * (len(layers) + 1)."""
-    if gguf_py not in sys.path:
-        sys.path.insert(0, gguf_py)
-    import gguf  # llama.cpp's own writer, from the release's source tree
-    V = labels
-    E = V * (len(layers) + 1)
-    w = gguf.GGUFWriter(path, "gemma3")
-    w.add_context_length(1 << 16)
-    w.add_embedding_length(E)
-    w.add_block_count(len(layers))
-    w.add_feed_forward_length(8)
-    w.add_head_count(1)
-    w.add_head_count_kv(1)
-    w.add_key_length(V)
-    w.add_value_length(V)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_vocab_size(V)
-    w.add_tokenizer_model("none")
-    if "swa" in layers:
-        if layers not in (["swa"], ["swa", "full"]):
-            raise ValueError("probe layers %s" % layers)
-        w.add_sliding_window(window)
-        w.add_sliding_window_pattern(2)  # layer 0 SWA, layer 1 (if any) full
-    f16 = np.float16
-    emb = np.zeros((V, E), f16)
-    emb[np.arange(V), np.arange(V)] = 1
-    w.add_tensor("token_embd.weight", emb)
-    w.add_tensor("output_norm.weight", np.ones(E, np.float32))
-    for i in range(len(layers)):
-        b = "blk.%d." % i
-        w.add_tensor(b + "attn_norm.weight", np.ones(E, np.float32))
-        w.add_tensor(b + "attn_q.weight", np.zeros((V, E), f16))
-        w.add_tensor(b + "attn_k.weight", np.zeros((V, E), f16))
-        wv = np.zeros((V, E), f16)
-        wv[np.arange(V), np.arange(V)] = 1               # v = the label's one-hot
-        w.add_tensor(b + "attn_v.weight", wv)
-        wo = np.zeros((E, V), f16)
-        wo[V * (i + 1) + np.arange(V), np.arange(V)] = 1  # into block i + 1
-        w.add_tensor(b + "attn_output.weight", wo)
-        w.add_tensor(b + "post_attention_norm.weight", np.ones(E, np.float32))
-        w.add_tensor(b + "attn_q_norm.weight", np.ones(V, np.float32))
-        w.add_tensor(b + "attn_k_norm.weight", np.ones(V, np.float32))
-        w.add_tensor(b + "ffn_norm.weight", np.ones(E, np.float32))
-        for t in ("ffn_gate", "ffn_up"):
-            w.add_tensor(b + t + ".weight", np.zeros((8, E), f16))
-        w.add_tensor(b + "ffn_down.weight", np.zeros((E, 8), f16))
-        w.add_tensor(b + "post_ffw_norm.weight", np.ones(E, np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
-def write_recurrent_model(path, conv, vocab, gguf_py):
-    """Writes the recurrent probe GGUF: qwen35 (gated DeltaNet hybrid), layer
-    0 a gated DeltaNet layer with conv kernel ``conv``, layer 1 full
-    attention, small seeded random weights. Token ids are the trace's ids
-    (mod ``vocab``): equal histories give equal states, and the states are
-    compared bytes for bytes (llama_state_seq_get_data)."""
-    if gguf_py not in sys.path:
-        sys.path.insert(0, gguf_py)
-    import gguf
-    E, D, NK, NV, FF, HEADS, HD = 32, 16, 1, 2, 16, 2, 16
-    key_dim, value_dim = D * NK, D * NV
-    conv_dim = 2 * key_dim + value_dim
-    rng = np.random.default_rng(20261202)
-
-    def rnd(*shape):
-        return (rng.standard_normal(shape) * 0.2).astype(np.float32)
-    w = gguf.GGUFWriter(path, "qwen35")
-    w.add_context_length(1 << 16)
-    w.add_embedding_length(E)
-    w.add_block_count(2)
-    w.add_feed_forward_length(FF)
-    w.add_head_count(HEADS)
-    w.add_head_count_kv(1)
-    w.add_key_length(HD)
-    w.add_value_length(HD)
-    w.add_rope_dimension_count(HD)
-    w.add_array("qwen35.rope.dimension_sections", [4, 2, 2, 0])
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_uint32("qwen35.full_attention_interval", 2)
-    w.add_uint32("qwen35.ssm.conv_kernel", conv)
-    w.add_uint32("qwen35.ssm.inner_size", value_dim)
-    w.add_uint32("qwen35.ssm.state_size", D)
-    w.add_uint32("qwen35.ssm.time_step_rank", NV)
-    w.add_uint32("qwen35.ssm.group_count", NK)
-    w.add_vocab_size(vocab)
-    w.add_tokenizer_model("none")
-    w.add_tensor("token_embd.weight", rnd(vocab, E))
-    w.add_tensor("output_norm.weight", np.ones(E, np.float32))
-    for i in range(2):
-        b = "blk.%d." % i
-        w.add_tensor(b + "attn_norm.weight", np.ones(E, np.float32))
-        w.add_tensor(b + "post_attention_norm.weight", np.ones(E, np.float32))
-        if i == 0:
-            w.add_tensor(b + "attn_qkv.weight", rnd(conv_dim, E))
-            w.add_tensor(b + "attn_gate.weight", rnd(value_dim, E))
-            w.add_tensor(b + "ssm_conv1d.weight", rnd(conv_dim, conv))
-            w.add_tensor(b + "ssm_dt.bias", rnd(NV))
-            w.add_tensor(b + "ssm_a", -np.abs(rnd(NV)) - 0.1)
-            w.add_tensor(b + "ssm_beta.weight", rnd(NV, E))
-            w.add_tensor(b + "ssm_alpha.weight", rnd(NV, E))
-            w.add_tensor(b + "ssm_norm.weight", np.ones(D, np.float32))
-            w.add_tensor(b + "ssm_out.weight", rnd(E, value_dim))
-        else:
-            w.add_tensor(b + "attn_q.weight", rnd(HD * HEADS * 2, E))
-            w.add_tensor(b + "attn_k.weight", rnd(HD, E))
-            w.add_tensor(b + "attn_v.weight", rnd(HD, E))
-            w.add_tensor(b + "attn_output.weight", rnd(E, HD * HEADS))
-            w.add_tensor(b + "attn_q_norm.weight", np.ones(HD, np.float32))
-            w.add_tensor(b + "attn_k_norm.weight", np.ones(HD, np.float32))
-        w.add_tensor(b + "ffn_gate.weight", rnd(FF, E))
-        w.add_tensor(b + "ffn_up.weight", rnd(FF, E))
-        w.add_tensor(b + "ffn_down.weight", rnd(E, FF))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+from ...adapter import Adapter as Base, ForwardResult
+from ...errors import NotApplicable, Refused
+from .engine import ARENA_CELLS, ARENA_SEQS, CELLS_PER_SEQ, LABELS, POOL_PER_SHAPE, PROBE, \
+    RECURRENT_VOCAB, STATE_TOLERANCE, Engine, settings
 
 
 class _Labels:
@@ -400,7 +84,7 @@ class _Part:
     """One llama.cpp context (of one probe model) whose sequence r is row r."""
 
     live = 0   # contexts not yet freed
-    pool = {}  # (model, n_seq, settings) -> freed contexts kept for reuse
+    pool: Dict[Tuple[Any, ...], List[Any]] = {}  # (model, n_seq, settings) -> freed contexts
 
     def __init__(self, m, rows):
         # Contexts are freed with their handle; handles in reference cycles
@@ -417,10 +101,10 @@ class _Part:
         if s["seq_cp"] and not m.recurrent:  # recurrent contexts keep state copies
             if m.arena is None:
                 # one arena per probe model and process, shared by trace runs
-                key = (m.model, tuple(sorted(s.items())))
-                if key not in m.engine.arenas:
-                    m.engine.arenas[key] = _Arena(m)
-                m.arena = m.engine.arenas[key]
+                arena_key = (m.model, tuple(sorted(s.items())))
+                if arena_key not in m.engine.arenas:
+                    m.engine.arenas[arena_key] = _Arena(m)
+                m.arena = m.engine.arenas[arena_key]
             self.arena = m.arena
             self.ctx = m.arena.ctx
             self.seqs = m.arena.alloc(rows)
@@ -553,7 +237,7 @@ class Adapter(Base):
     unobserved = frozenset(["kind", "trimmable", "bytes_per_token", "out"])
 
     def __init__(self):
-        self.engine = _Engine.get()
+        self.engine = Engine.get()
         self.settings = settings()
 
     # -- construction -------------------------------------------------------

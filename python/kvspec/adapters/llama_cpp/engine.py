@@ -1,0 +1,165 @@
+"""llama.cpp loaded for the adapter: the npm package's prebuilt libraries,
+the headers and gguf-py of the same release, the C shim (shim.c) compiled
+against them, the probe models, and the settings from
+$KVSPEC_LLAMA_SETTINGS."""
+
+import ctypes
+import os
+import shutil
+import subprocess
+import tempfile
+
+from .probe_models import write_probe_model, write_recurrent_model
+
+RELEASE = "v0.4.0"
+LABELS = 512            # probe vocabulary: token ids (labels) per trace run
+CELLS_PER_SEQ = 256     # context cells per sequence (positions per row)
+PROBE = 0               # the label of probe decodes (never stored for good)
+RECURRENT_VOCAB = 1024  # the recurrent probe's vocabulary (trace ids mod this)
+DEFAULTS = {"swa_full": 1, "kv_unified": 1, "n_seq_max": 4, "n_ubatch": 64, "n_rs_seq": 8,
+            "verbose": 0, "exact_states": 0, "seq_cp": 0, "pool": 1}
+POOL_PER_SHAPE = 8      # freed contexts kept for reuse per (model, n_seq, settings)
+ARENA_SEQS = 128        # sequences of the shared context with seq_cp=1
+ARENA_CELLS = 4096      # its cells (copies share cells)
+STATE_TOLERANCE = 1e-4  # relative, as the runner's OUT_TOLERANCE
+
+
+class EngineMissing(RuntimeError):
+    """The npm package is not installed (tools/setup installs it)."""
+
+
+def _package_dir():
+    env = os.environ.get("KVSPEC_LLAMA_CPP_DIR")
+    if env:
+        return env
+    starts = [os.path.dirname(os.path.realpath(__file__)), os.getcwd()]
+    for d in starts:
+        while True:
+            cand = os.path.join(d, "engines", "llama.cpp")
+            if os.path.isfile(os.path.join(cand, "package.json")):
+                return cand
+            parent = os.path.dirname(d)
+            if parent == d:
+                break
+            d = parent
+    raise EngineMissing("engines/llama.cpp not found above %s or the working directory; set "
+                        "KVSPEC_LLAMA_CPP_DIR" % starts[0])
+
+
+def _cache_dir():
+    d = os.environ.get("KVSPEC_LLAMA_CACHE") or os.path.join(
+        tempfile.gettempdir(), "kvspec-llama-cpp-%d" % os.getuid())
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def settings():
+    s = dict(DEFAULTS)
+    for item in filter(None, os.environ.get("KVSPEC_LLAMA_SETTINGS", "").split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() not in s:
+            raise ValueError("KVSPEC_LLAMA_SETTINGS: unknown setting %r" % key)
+        s[key.strip()] = int(value)
+    return s
+
+
+class Engine:
+    """The loaded shim (one per process)."""
+
+    _instance = None
+
+    @classmethod
+    def get(cls):
+        if cls._instance is None:
+            cls._instance = cls()
+        return cls._instance
+
+    def __init__(self):
+        pkg = _package_dir()
+        nm = os.path.join(pkg, "node_modules")
+        self.bins = os.path.join(nm, "@node-llama-cpp", "linux-x64", "bins", "linux-x64")
+        bundle = os.path.join(nm, "node-llama-cpp", "llama", "gitRelease.bundle")
+        libllama = os.path.join(self.bins, "libllama.%s.so" % RELEASE)
+        if not os.path.isfile(libllama) or not os.path.isfile(bundle):
+            raise EngineMissing("llama.cpp is not installed: %s or %s is missing (run tools/setup, "
+                                "which runs npm ci in engines/llama.cpp)" % (libllama, bundle))
+        cache = _cache_dir()
+        self.src = os.path.join(cache, "src-" + RELEASE)
+        if not os.path.isfile(os.path.join(self.src, "include", "llama.h")):
+            tmp = self.src + ".tmp%d" % os.getpid()
+            shutil.rmtree(tmp, ignore_errors=True)
+            subprocess.run(["git", "clone", "-q", "--no-checkout", bundle, tmp], check=True)
+            subprocess.run(["git", "-C", tmp, "-c", "advice.detachedHead=false", "checkout", "-q",
+                            "HEAD", "--", "include", "ggml/include", "gguf-py"], check=True)
+            try:
+                os.rename(tmp, self.src)  # atomic: a concurrent run may have won
+            except OSError:
+                if not os.path.isfile(os.path.join(self.src, "include", "llama.h")):
+                    shutil.rmtree(self.src, ignore_errors=True)  # a broken earlier attempt
+                    os.rename(tmp, self.src)
+                else:
+                    shutil.rmtree(tmp, ignore_errors=True)
+        shim_c = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim.c")
+        so = os.path.join(cache, "kvspec-llama-shim-%s.so" % RELEASE)
+        if not os.path.isfile(so) or os.path.getmtime(so) < os.path.getmtime(shim_c):
+            tmp = so + ".tmp%d" % os.getpid()
+            subprocess.run([os.environ.get("CC", "cc"), "-O1", "-shared", "-fPIC", "-o", tmp, shim_c,
+                            "-I" + os.path.join(self.src, "include"),
+                            "-I" + os.path.join(self.src, "ggml", "include"),
+                            "-L" + self.bins, "-l:libllama.%s.so" % RELEASE,
+                            "-l:libggml.%s.so" % RELEASE, "-l:libggml-base.so",
+                            "-Wl,-rpath," + self.bins], check=True)
+            os.rename(tmp, so)
+        lib = ctypes.CDLL(so)
+        P, I, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+        IP, FP, BP = ctypes.POINTER(I), ctypes.POINTER(ctypes.c_float), ctypes.c_char_p
+        for name, res, args in [
+                ("kvl_init", I, [BP, I]), ("kvl_model", P, [BP]), ("kvl_model_free", None, [P]),
+                ("kvl_context", P, [P, I, I, I, I, I, I, I]), ("kvl_free", None, [P]),
+                ("kvl_n_embd", I, [P]), ("kvl_decode", I, [P, I, IP, IP, IP, FP]),
+                ("kvl_seq_rm", I, [P, I, I, I]), ("kvl_seq_cp", None, [P, I, I, I, I]),
+                ("kvl_seq_pos_max", I, [P, I]), ("kvl_seq_pos_min", I, [P, I]),
+                ("kvl_clear", None, [P]), ("kvl_state_size", S, [P, I]),
+                ("kvl_state_get", S, [P, ctypes.c_char_p, S, I]),
+                ("kvl_state_set", S, [P, ctypes.c_char_p, S, I])]:
+            f = getattr(lib, name)
+            f.restype = res
+            f.argtypes = args
+        self.lib = lib
+        if lib.kvl_init(self.bins.encode(), settings()["verbose"]) != 0:
+            raise EngineMissing("llama.cpp found no backend in %s" % self.bins)
+        self.models = {}
+        self.arenas = {}
+        self.scratch = {}
+        self.cache = cache
+
+    def recurrent_model(self, conv):
+        key = ("recurrent", conv)
+        if key not in self.models:
+            path = os.path.join(self.cache, "probe-qwen35-conv%d-v%d.gguf" % (conv, RECURRENT_VOCAB))
+            self._load(key, path, lambda tmp, gguf: write_recurrent_model(tmp, conv,
+                                                                          RECURRENT_VOCAB, gguf))
+        return self.models[key]
+
+    def model(self, layers, window):
+        """The probe model for model layers ``layers`` ("full"/"swa") with
+        sliding window ``window``: (model pointer, n_embd)."""
+        key = (tuple(layers), window)
+        if key not in self.models:
+            path = os.path.join(self.cache, "probe-%s-w%d-v%d.gguf" % ("-".join(layers), window,
+                                                                         LABELS))
+            self._load(key, path, lambda tmp, gguf: write_probe_model(tmp, layers, window, LABELS,
+                                                                      gguf))
+        return self.models[key]
+
+    def _load(self, key, path, write):
+        """Loads the probe model at ``path`` into ``self.models[key]``, first
+        writing it with ``write(tmp_path, gguf_py_dir)`` when it is not cached."""
+        if not os.path.isfile(path):
+            tmp = path + ".tmp%d" % os.getpid()
+            write(tmp, os.path.join(self.src, "gguf-py"))
+            os.rename(tmp, path)
+        m = self.lib.kvl_model(path.encode())
+        if not m:
+            raise RuntimeError("llama.cpp could not load the probe model %s" % path)
+        self.models[key] = (m, self.lib.kvl_n_embd(m))
