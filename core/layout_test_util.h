@@ -1,6 +1,6 @@
-// Helpers shared by the core tests that drive whole layouts
-// (invariants_test, edges_test, accept_lockstep_test): contents made up
-// from a start value, a forward through every layer, a layer config.
+// Helpers of the tests that drive whole layouts (core/*_test.cc,
+// core/codec/*_test.cc): contents made up from a start value, a forward
+// through every layer, a layer config, the inputs of one layer.
 #pragma once
 
 #include <cstddef>
@@ -77,6 +77,17 @@ struct SsmInputs {
     io.gate = gate.data();
     io.beta = beta.data();
   }
+};
+
+// q, k, v and out of one attention layer for a forward of `columns` columns
+// (the keys serve as the values).
+struct AttentionBuffers {
+  AttentionBuffers(const LayerConfig& c, int rows, int32_t columns)
+      : q(Filled(static_cast<size_t>(rows) * columns * c.QueryHeads() * c.dim, 0.4f)),
+        k(Filled(static_cast<size_t>(rows) * columns * c.heads * c.dim, 0.6f)),
+        out(q.size(), 0.0f) {}
+  AttentionIO io() { return AttentionIO(q.data(), k.data(), k.data(), out.data()); }
+  std::vector<float> q, k, out;
 };
 
 }  // namespace kvspec::layout_test
