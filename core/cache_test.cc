@@ -12,13 +12,7 @@
 namespace kvspec {
 namespace {
 
-// Appends `cols` to a store of `heads` x `dim` with made-up contents.
-Status AppendTo(AttentionCache& c, const ForwardColumns& cols) {
-  const size_t n = static_cast<size_t>(c.rows()) * static_cast<size_t>(cols.columns) *
-                   static_cast<size_t>(c.kvHeads()) * static_cast<size_t>(c.headDim());
-  const std::vector<float> k = layout_test::Filled(n, 0.5f);
-  return c.Append(cols, k.data(), k.data());
-}
+using layout_test::AppendTo;
 
 TEST(KindsEdges, AttentionAndBatchedKindPredicates) {
   for (const char* kind : {"kv", "batched_kv", "rotating", "batched_rotating"}) {

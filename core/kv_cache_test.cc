@@ -21,6 +21,9 @@
 namespace kvspec {
 namespace {
 
+using layout_test::AppendTo;
+using layout_test::ExpectError;
+
 uint64_t HashOf(const Cache& c) {
   Hasher h;
   c.HashState(&h);
@@ -211,24 +214,7 @@ TEST(CacheStorage, RowsOfSixteenFloatsStartACacheLine) {
   }
 }
 
-// Columns with made-up contents (layout_test::Filled) and ColumnStore
-// refusals naming their reason.
-// `s` is an error whose message holds every one of `parts`.
-void ExpectError(const Status& s, std::initializer_list<std::string> parts) {
-  ASSERT_FALSE(s.ok()) << "expected an error naming " << *parts.begin();
-  for (const std::string& p : parts) {
-    EXPECT_NE(s.message().find(p), std::string::npos) << "'" << p << "' not in: " << s.message();
-  }
-}
-
-// Appends `cols` to a store of `heads` x `dim` with made-up contents.
-Status AppendTo(AttentionCache& c, const ForwardColumns& cols) {
-  const size_t n = static_cast<size_t>(c.rows()) * static_cast<size_t>(cols.columns) *
-                   static_cast<size_t>(c.kvHeads()) * static_cast<size_t>(c.headDim());
-  const std::vector<float> k = layout_test::Filled(n, 0.5f);
-  return c.Append(cols, k.data(), k.data());
-}
-
+// ------------------------------------------------------------ moved and gathered columns
 // Dropping rejected tips moves the columns after them down, whole: a pad
 // column that followed the dropped tip lands in the tip's slot with its own
 // keys AND values (written here with values unlike the keys, as a real

@@ -22,25 +22,15 @@ namespace kvspec {
 namespace {
 
 using Access = InvariantsTestAccess;
+using layout_test::AppendTo;
+using layout_test::ExpectBroken;
+using layout_test::ExpectError;
 using layout_test::Filled;
 using layout_test::Layer;
 using layout_test::RunForward;
 
 ColumnStore& Store(Layout& l, size_t layer) {
   return const_cast<ColumnStore&>(*Access::Layers(l)[layer]->AsColumnStore());
-}
-
-// `s` is an error whose message holds every one of `parts`.
-void ExpectError(const Status& s, std::initializer_list<std::string> parts) {
-  ASSERT_FALSE(s.ok()) << "expected an error naming " << *parts.begin();
-  for (const std::string& p : parts) {
-    EXPECT_NE(s.message().find(p), std::string::npos) << "'" << p << "' not in: " << s.message();
-  }
-}
-
-void ExpectBroken(const Status& s, const std::string& invariant) {
-  EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find(invariant), std::string::npos) << s.message();
 }
 
 void ExpectValid(const Layout& layout, const std::string& after) {
@@ -50,14 +40,6 @@ void ExpectValid(const Layout& layout, const std::string& after) {
     const Status c = layout.cache(l).CheckInvariants();
     EXPECT_TRUE(c.ok()) << "after " << after << ", layer " << l << ": " << c.message();
   }
-}
-
-// Appends `cols` to a store of `heads` x `dim` with made-up contents.
-Status AppendTo(AttentionCache& c, const ForwardColumns& cols) {
-  const size_t n = static_cast<size_t>(c.rows()) * static_cast<size_t>(cols.columns) *
-                   static_cast<size_t>(c.kvHeads()) * static_cast<size_t>(c.headDim());
-  const std::vector<float> k = Filled(n, 0.5f);
-  return c.Append(cols, k.data(), k.data());
 }
 
 std::unique_ptr<Layout> Create(int rows, const std::vector<LayerConfig>& layers) {

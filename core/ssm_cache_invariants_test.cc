@@ -20,21 +20,10 @@ namespace kvspec {
 namespace {
 
 using Access = InvariantsTestAccess;
+using layout_test::ExpectBroken;
+using layout_test::ExpectError;
 using layout_test::Layer;
 using layout_test::RunForward;
-
-// `s` is an error whose message holds every one of `parts`.
-void ExpectError(const Status& s, std::initializer_list<std::string> parts) {
-  ASSERT_FALSE(s.ok()) << "expected an error naming " << *parts.begin();
-  for (const std::string& p : parts) {
-    EXPECT_NE(s.message().find(p), std::string::npos) << "'" << p << "' not in: " << s.message();
-  }
-}
-
-void ExpectBroken(const Status& s, const std::string& invariant) {
-  EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find(invariant), std::string::npos) << s.message();
-}
 
 std::unique_ptr<Layout> Create(int rows, const std::vector<LayerConfig>& layers) {
   std::unique_ptr<Layout> layout;

@@ -14,20 +14,13 @@
 namespace kvspec {
 namespace {
 
+using layout_test::ExpectError;
 using layout_test::SsmInputs;
 
 uint64_t HashOf(const Cache& c) {
   Hasher h;
   c.HashState(&h);
   return h.value();
-}
-
-// `s` is an error whose message holds every one of `parts`.
-void ExpectError(const Status& s, std::initializer_list<std::string> parts) {
-  ASSERT_FALSE(s.ok()) << "expected an error naming " << *parts.begin();
-  for (const std::string& p : parts) {
-    EXPECT_NE(s.message().find(p), std::string::npos) << "'" << p << "' not in: " << s.message();
-  }
 }
 
 TEST(RecurrentEdges, ForwardReservedRefusesBadColumnsAndSpaceOfAnotherRound) {
