@@ -1,11 +1,12 @@
 // Invariant checks as a bug detector. Each class that holds state (the
 // column store, the recurrent caches, the layout) states its invariants in
 // the comment at the class and checks them in `Status CheckInvariants()
-// const`; the codec refuses a decoded state that fails them. Debug builds
-// (no NDEBUG) and builds with -DKVSPEC_CHECK_INVARIANTS=ON (the asan and fuzz
-// presets) also check them after every operation that changes a cache or a
-// layout, and abort naming the operation and the broken invariant: a state
-// that fails them is a bug in core/, not a user error.
+// const`, defined in the class's own .cc; the codec refuses a decoded state
+// that fails them. Debug builds (no NDEBUG) and builds with
+// -DKVSPEC_CHECK_INVARIANTS=ON (the asan and fuzz presets) also check them
+// after every operation that changes a cache or a layout, and abort naming
+// the operation and the broken invariant: a state that fails them is a bug
+// in core/, not a user error.
 #pragma once
 
 #include <new>

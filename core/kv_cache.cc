@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <string>
+
+#include "kvspec/core/invariants.h"
+#include "kvspec/core/invariants_internal.h"
 
 namespace kvspec {
 
@@ -466,6 +470,122 @@ std::unique_ptr<ColumnStore> NewColumnStore(bool batched, int rows, int kv_heads
   }
   if (!batched) return std::make_unique<KvCache>(kv_heads, dim, window);
   return std::make_unique<BatchedKvCache>(rows, kv_heads, dim, window);
+}
+
+// ------------------------------------------------------------ invariants
+// The wording the checks share (core/invariants_internal.h).
+using invariants::Broken;
+using invariants::ProductOrMax;
+using invariants::RowText;
+using invariants::SizeIs;
+
+Status ColumnStore::CheckStoredState() const {
+  constexpr const char* kType = "ColumnStore";
+  const bool ring = ring_capacity_ > 0;
+  if (rows_ < 1 || kv_heads_ < 1 || dim_ < 1 || window_ < 0 || ring_capacity_ < 0 ||
+      (ring && (window_ < 1 || window_ > ring_capacity_))) {
+    return Broken(kType, 1,
+                  "bad shape (rows " + std::to_string(rows_) + ", kv heads " +
+                      std::to_string(kv_heads_) + ", dim " + std::to_string(dim_) +
+                      ", window " + std::to_string(window_) + ", ring capacity " +
+                      std::to_string(ring_capacity_) + ")");
+  }
+  if (held_ < 0 || held_ > columns_ || columns_ > peak_ || peak_before_write_ < 0 ||
+      peak_before_write_ > peak_) {
+    return Broken(kType, 2,
+                  "counters out of order (held " + std::to_string(held_) + ", columns " +
+                      std::to_string(columns_) + ", peak " + std::to_string(peak_) +
+                      ", peak before the last write " + std::to_string(peak_before_write_) +
+                      ")");
+  }
+  if (static_cast<uint64_t>(held_) > slots_ || (slots_ == 0 ? first_ != 0 : first_ >= slots_)) {
+    return Broken(kType, 3,
+                  "inconsistent ring geometry (slots " + std::to_string(slots_) + ", first " +
+                      std::to_string(first_) + ", held " + std::to_string(held_) + ")");
+  }
+  if (!ring && (held_ != columns_ || first_ != 0)) {
+    return Broken(kType, 4, "a plain cache holds every column from slot 0");
+  }
+  if (!wrapped() && held_ != columns_) {
+    return Broken(kType, 4, "a cache that has not wrapped holds every column");
+  }
+  const size_t rows = static_cast<size_t>(rows_);
+  const size_t elements =
+      ProductOrMax({rows, static_cast<size_t>(kv_heads_), slots_, static_cast<size_t>(dim_)});
+  KVSPEC_RETURN_IF_ERROR(SizeIs(kType, 5, "keys", k_.size(), elements));
+  KVSPEC_RETURN_IF_ERROR(SizeIs(kType, 5, "values", v_.size(), elements));
+  KVSPEC_RETURN_IF_ERROR(
+      SizeIs(kType, 5, "slot positions", slot_pos_.size(), ProductOrMax({rows, slots_})));
+  KVSPEC_RETURN_IF_ERROR(SizeIs(kType, 5, "next positions", next_.size(), rows));
+  if (!last_write_real_.empty() && last_write_real_.size() != rows) {
+    return Broken(kType, 5,
+                  "last write lists " + std::to_string(last_write_real_.size()) + " rows");
+  }
+  if (last_write_real_.empty() && last_write_was_decode_) {
+    return Broken(kType, 9, "the last write is a decode, but there is no last write");
+  }
+  for (int row = 0; row < rows_; ++row) KVSPEC_RETURN_IF_ERROR(CheckRow(row));
+  return Status::Ok();
+}
+
+Status ColumnStore::CheckRow(int row) const {
+  constexpr const char* kType = "ColumnStore";
+  const int32_t next = next_[row];
+  if (next < 0 || next > columns_) {
+    return Broken(kType, 6,
+                  RowText(row) + ": next position " + std::to_string(next) + " outside [0, " +
+                      std::to_string(columns_) + "]");
+  }
+  const int32_t* pos = slot_pos_.data() + static_cast<size_t>(row) * slots_;
+  int32_t prev = -1, real = 0;
+  for (int64_t col = 0; col < held_; ++col) {
+    const int32_t p = pos[Slot(col)];
+    if (p < -1 || p >= next || (p >= 0 && p <= prev)) {
+      return Broken(kType, 7,
+                    RowText(row) + ": slot position " + std::to_string(p) +
+                        " out of order or range");
+    }
+    if (p >= 0) {
+      prev = p;
+      ++real;
+    }
+  }
+  // The slots after the newest held column, up to the oldest, hold nothing.
+  for (int64_t col = held_; col < static_cast<int64_t>(slots_); ++col) {
+    if (pos[Slot(col)] != -1) {
+      return Broken(kType, 7, RowText(row) + ": a slot outside the held columns holds a position");
+    }
+  }
+  const int32_t needed =
+      wrapped() && next > ring_capacity_ ? std::min(next, window_ - 1) : next;
+  if (real < needed || (real > 0 && prev != next - 1)) {
+    return Broken(kType, 8,
+                  RowText(row) + " holds " + std::to_string(real) +
+                      " of the tokens it needs");
+  }
+  if (!last_write_real_.empty() && (last_write_real_[row] < 0 || last_write_real_[row] > real)) {
+    return Broken(kType, 9, RowText(row) + ": last write larger than what is held");
+  }
+  return Status::Ok();
+}
+
+Status ColumnStore::CheckInvariants() const {
+  constexpr const char* kType = "ColumnStore";
+  KVSPEC_RETURN_IF_ERROR(CheckStoredState());
+  KVSPEC_RETURN_IF_ERROR(
+      SizeIs(kType, 10, "held pads", held_pads_.size(), static_cast<size_t>(rows_)));
+  for (int row = 0; row < rows_; ++row) {
+    int64_t pads = 0;
+    for (int64_t col = 0; col < held_; ++col) {
+      pads += slot_pos_[static_cast<size_t>(row) * slots_ + Slot(col)] < 0;
+    }
+    if (pads != held_pads_[row]) {
+      return Broken(kType, 10,
+                    RowText(row) + " counts " + std::to_string(held_pads_[row]) +
+                        " held pads, holds " + std::to_string(pads));
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace kvspec

@@ -179,7 +179,7 @@ class ColumnStore : public AttentionCache {
 
  protected:
   friend class CacheCodec;
-  friend struct InvariantsTestAccess;  // core/tests/invariants_test.cc corrupts states
+  friend struct InvariantsTestAccess;  // core/invariants_test_access.h: tests corrupt states
   // Invariants 1-9: everything but the held pads, which are derived from the
   // slot positions (the codec recomputes them once these hold).
   Status CheckStoredState() const;

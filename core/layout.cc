@@ -1,21 +1,29 @@
+// The layout (core/layout.h): Create, copies, trims and rounds, and its
+// invariants. Forwards are in layout_forward.cc, the row operations in
+// layout_rows.cc.
 #include "kvspec/core/layout.h"
 
-#include <algorithm>
-#include <exception>
-#include <limits>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
 
-#include "kvspec/core/batch.h"
+#include "kvspec/core/invariants.h"
+#include "kvspec/core/invariants_internal.h"
+#include "kvspec/core/layout_internal.h"
 #include "kvspec/kernels/conv1d.h"
 
 namespace kvspec {
 
-namespace {
+namespace layout_internal {
 
 std::string LayerName(const LayerConfig& c, size_t i) {
   return c.name.empty() ? "layer " + std::to_string(i) : "layer '" + c.name + "'";
 }
 
-}  // namespace
+}  // namespace layout_internal
+
+using layout_internal::LayerName;
 
 namespace {
 
@@ -155,145 +163,6 @@ size_t Layout::allocatedBytes() const {
   return total;
 }
 
-size_t Layout::BytesAfterForward(int32_t columns) const {
-  size_t total = 0;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const AttentionCache* a = attention(i);
-    total += a ? a->BytesAfterAppend(columns) : layers_[i]->allocatedBytes();
-  }
-  return total;
-}
-
-void Layout::ForgetLastForward() {
-  masks_.clear();
-  mask_capacity_.clear();
-  std::fill(mask_of_layer_.begin(), mask_of_layer_.end(), -1);
-}
-
-Status Layout::CheckForward(const ForwardColumns& cols) const {
-  if (armed_ && verified_) {
-    return Status::Error("a round is armed and its verify forward has run: accept first");
-  }
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const AttentionCache* a = attention(i);
-    const SsmCacheBase* ssm = recurrent(i);
-    Status s = a ? a->CheckAppend(cols) : ssm->CheckForward(cols);
-    if (!s.ok()) return Status::Error(LayerName(configs_[i], i) + ": " + s.message());
-  }
-  return Status::Ok();
-}
-
-// Everything a forward allocates, reserved before any layer changes: each
-// layer's growth, the masks, the positions after the forward.
-struct Layout::ForwardSpace {
-  std::vector<AppendSpace> append;                    // per layer (attention)
-  std::vector<SsmCacheBase::ForwardSpace> recurrent;  // per layer (recurrent)
-  std::vector<Mask> masks;                            // one per distinct window
-  std::vector<int32_t> mask_capacity;
-  std::vector<int> mask_of_layer;
-  std::vector<int32_t> next;       // positions after the forward
-  std::vector<int32_t> real;       // real tokens per row of the forward
-  std::vector<int32_t> bypass;     // the bypass bound after it
-};
-
-void Layout::ReserveForward(const ForwardColumns& cols, ForwardSpace* space) const {
-  space->append.resize(layers_.size());
-  space->recurrent.resize(layers_.size());
-  space->mask_of_layer.assign(layers_.size(), -1);
-  space->next = positions();
-  space->real.assign(static_cast<size_t>(rows_), 0);
-  for (int r = 0; r < rows_; ++r) {
-    space->next[r] += cols.Real(r);
-    space->real[r] = cols.Real(r);
-  }
-  if (!cols.decode) space->bypass = space->real;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const AttentionCache* a = attention(i);
-    if (!a) {
-      recurrent(i)->ReserveForward(cols, &space->recurrent[i]);
-      continue;
-    }
-    a->ReserveAppend(cols, &space->append[i]);
-    int found = -1;
-    for (size_t m = 0; m < space->masks.size(); ++m) {
-      if (space->masks[m].window == a->window() && space->mask_capacity[m] == a->ringCapacity()) {
-        found = static_cast<int>(m);
-      }
-    }
-    if (found < 0) {
-      space->masks.emplace_back();
-      space->masks.back().window = a->window();
-      ReserveMask(&space->masks.back(), cols, static_cast<size_t>(rows_));
-      space->mask_capacity.push_back(a->ringCapacity());
-      found = static_cast<int>(space->masks.size() - 1);
-    }
-    space->mask_of_layer[i] = found;
-  }
-}
-
-Status Layout::Forward(const ForwardColumns& cols, const std::vector<AttentionIO>& io) {
-  // All or nothing: the checks and every allocation first (running out of
-  // memory there, even for a refusal's message, is a refusal), then the
-  // writes, which allocate nothing but the attention kernels' scratch.
-  ForwardSpace space;
-  Status checked = RefuseOnAllocationFailure("Layout::Forward", [&]() -> Status {
-    KVSPEC_RETURN_IF_ERROR(CheckBeforeChange("Layout::Forward"));
-    KVSPEC_RETURN_IF_ERROR(CheckForward(cols));
-    if (io.size() != layers_.size()) {
-      return Status::Error("forward inputs for " + std::to_string(io.size()) +
-                           " layers, layout has " + std::to_string(layers_.size()));
-    }
-    ReserveForward(cols, &space);
-    return Status::Ok();
-  });
-  if (!checked.ok()) return checked;
-  WriteForward(cols, io, &space);
-  // Invariant 5 among them: every layer reads a mask built over its own slots.
-  KVSPEC_ASSERT_INVARIANTS(*this, "Layout::Forward");
-  return Status::Ok();
-}
-
-void Layout::WriteForward(const ForwardColumns& cols, const std::vector<AttentionIO>& io,
-                          ForwardSpace* space) {
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    AttentionCache* a = MutableAttention(i);
-    SsmCacheBase* ssm = MutableRecurrent(i);
-    Status s = a ? a->AppendReserved(cols, io[i].k, io[i].v, &space->append[i])
-                 : ssm->ForwardReserved(cols, io[i].ssm, &space->recurrent[i]);
-    // CheckForward accepted these columns and their storage is reserved: a
-    // refusal here is a broken invariant, not a user error.
-    if (!s.ok()) Fatal("Layout::Forward", "layers out of lockstep: " + s.message());
-  }
-  // One mask per distinct window, built over the first layer of that window
-  // (found by a scan: nothing here may allocate).
-  for (size_t m = 0; m < space->masks.size(); ++m) {
-    size_t i = 0;
-    while (space->mask_of_layer[i] != static_cast<int>(m)) ++i;
-    const KvView view = attention(i)->View();
-    BuildMaskInto(&space->masks[m], cols, space->next, attention(i)->window(), view.slot_pos,
-                  view.slot_stride, view.slots, view.first_slot);
-  }
-  masks_.swap(space->masks);
-  mask_capacity_.swap(space->mask_capacity);
-  mask_of_layer_.swap(space->mask_of_layer);
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const int m = mask_of_layer_[i];
-    if (m < 0 || !io[i].out || !io[i].q) continue;
-    // The kernels' scratch is their own: an allocation failure there, after
-    // the caches were written, is fatal (documented at Layout::Forward).
-    try {
-      (reference_kernels_ ? AttendReference : Attend)(io[i].q, configs_[i].QueryHeads(),
-                                                      attention(i)->View(), masks_[m], io[i].out);
-    } catch (const std::bad_alloc&) {
-      Fatal("Layout::Forward", "out of memory in the attention kernel's scratch");
-    }
-  }
-  if (armed_) {
-    verified_ = true;
-    verify_real_.swap(space->real);
-  }
-  bypass_bound_.swap(space->bypass);
-}
 
 Status Layout::Trim(int32_t n, bool bypass) {
   KVSPEC_RETURN_IF_ERROR(RefuseOnAllocationFailure(
@@ -413,127 +282,6 @@ Status Layout::Accept(const std::vector<int32_t>& keep) {
   });
 }
 
-namespace {
-
-bool SameLayer(const LayerConfig& a, const LayerConfig& b) {
-  return a.name == b.name && a.kind == b.kind && a.heads == b.heads &&
-         a.QueryHeads() == b.QueryHeads() && a.dim == b.dim && a.window == b.window &&
-         a.capacity == b.capacity && a.kheads == b.kheads && a.dk == b.dk && a.dv == b.dv &&
-         a.conv == b.conv;
-}
-
-}  // namespace
-
-Status Layout::Filter(const std::vector<int32_t>& rows) {
-  KVSPEC_RETURN_IF_ERROR(RefuseOnAllocationFailure(
-      "Layout::Filter", [&] { return CheckBeforeChange("Layout::Filter"); }));
-  return RefuseOnAllocationFailure("Layout::Filter", [&]() -> Status {
-    if (armed_) return Status::Error("filter is refused while a round is armed");
-    std::vector<std::unique_ptr<Cache>> layers;
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      std::unique_ptr<Cache> c;
-      Status s = FilterRows(*layers_[i], rows, &c);
-      if (!s.ok()) return Status::Error(LayerName(configs_[i], i) + ": " + s.message());
-      layers.push_back(std::move(c));
-    }
-    layers_.swap(layers);
-    set_reference_kernels(reference_kernels_);
-    rows_ = static_cast<int>(rows.size());
-    ForgetLastForward();
-    bypass_bound_.clear();
-    KVSPEC_ASSERT_INVARIANTS(*this, "Layout::Filter");
-    return Status::Ok();
-  });
-}
-
-Status Layout::Join(const Layout& other) {
-  KVSPEC_RETURN_IF_ERROR(RefuseOnAllocationFailure(
-      "Layout::Join", [&] { return CheckBeforeChange("Layout::Join"); }));
-  KVSPEC_RETURN_IF_ERROR(RefuseOnAllocationFailure(
-      "Layout::Join", [&] { return other.CheckBeforeChange("Layout::Join (the other layout)"); }));
-  return RefuseOnAllocationFailure("Layout::Join", [&]() -> Status {
-    if (armed_ || other.armed_) return Status::Error("join is refused while a round is armed");
-    if (&other == this) return Status::Error("a layout cannot join itself");
-    if (other.configs_.size() != configs_.size()) {
-      return Status::Error("join needs the same layer list");
-    }
-    for (size_t i = 0; i < configs_.size(); ++i) {
-      if (!SameLayer(configs_[i], other.configs_[i])) {
-        return Status::Error("join needs the same layer list (" + LayerName(configs_[i], i) +
-                             " differs)");
-      }
-    }
-    std::vector<std::unique_ptr<Cache>> layers;
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      std::unique_ptr<Cache> c;
-      Status s = JoinRows(*layers_[i], *other.layers_[i], &c);
-      if (!s.ok()) return Status::Error(LayerName(configs_[i], i) + ": " + s.message());
-      layers.push_back(std::move(c));
-    }
-    layers_.swap(layers);
-    set_reference_kernels(reference_kernels_);
-    rows_ += other.rows_;
-    ForgetLastForward();
-    bypass_bound_.clear();
-    KVSPEC_ASSERT_INVARIANTS(*this, "Layout::Join");
-    return Status::Ok();
-  });
-}
-
-Status Layout::Extract(int32_t row, std::unique_ptr<Layout>* out) const {
-  KVSPEC_RETURN_IF_ERROR(RefuseOnAllocationFailure(
-      "Layout::Extract", [&] { return CheckBeforeChange("Layout::Extract"); }));
-  return RefuseOnAllocationFailure("Layout::Extract", [&]() -> Status {
-    if (armed_) return Status::Error("extract is refused while a round is armed");
-    std::unique_ptr<Layout> layout(new Layout());
-    layout->rows_ = 1;
-    layout->configs_ = configs_;
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      std::unique_ptr<Cache> c;
-      Status s = ExtractRow(*layers_[i], row, &c);
-      if (!s.ok()) return Status::Error(LayerName(configs_[i], i) + ": " + s.message());
-      layout->layers_.push_back(std::move(c));
-    }
-    layout->mask_of_layer_.assign(layers_.size(), -1);
-    layout->set_reference_kernels(reference_kernels_);
-    KVSPEC_ASSERT_INVARIANTS(*layout, "Layout::Extract");
-    *out = std::move(layout);
-    return Status::Ok();
-  });
-}
-
-namespace {
-// a + b, or the largest size_t when it does not fit.
-size_t SaturatingAdd(size_t a, size_t b) {
-  return a > std::numeric_limits<size_t>::max() - b ? std::numeric_limits<size_t>::max() : a + b;
-}
-}  // namespace
-
-size_t Layout::BytesAfterFilter(const std::vector<int32_t>& rows) const {
-  size_t total = 0;
-  for (const auto& layer : layers_) total = SaturatingAdd(total, FilterRowsBytes(*layer, rows));
-  return total;
-}
-
-size_t Layout::BytesAfterJoin(const Layout& other) const {
-  if (other.layers_.size() != layers_.size()) return 0;
-  size_t total = 0;
-  try {
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      total = SaturatingAdd(total, MergeRowsBytes({layers_[i].get(), other.layers_[i].get()}));
-    }
-  } catch (const std::exception&) {
-    return std::numeric_limits<size_t>::max();  // not even the list of two
-  }
-  return total;
-}
-
-size_t Layout::BytesOfExtract(int32_t row) const {
-  size_t total = 0;
-  for (const auto& layer : layers_) total = SaturatingAdd(total, ExtractRowBytes(*layer, row));
-  return total;
-}
-
 void Layout::set_reference_kernels(bool on) {
   reference_kernels_ = on;
   for (auto& layer : layers_) {
@@ -556,6 +304,170 @@ uint64_t Layout::StateHash() const {
   h.Value(verified_);
   h.Vector(verify_real_);
   return h.value();
+}
+
+// ------------------------------------------------------------ invariants
+// The wording the checks share (core/invariants_internal.h).
+using invariants::Broken;
+
+namespace {
+
+constexpr const char* kLayoutType = "Layout";
+
+std::string LayerText(size_t layer) { return "layer " + std::to_string(layer); }
+
+// Whether `cache` is the cache `config` describes.
+bool MatchesConfig(const Cache& cache, const LayerConfig& config) {
+  const auto* store = cache.AsColumnStore();
+  const auto* ssm = cache.AsRecurrent();
+  if (config.kind == CacheKind::kSsm) {
+    if (!ssm) return false;
+    const SsmShape& s = ssm->shape();
+    return s.value_heads == config.heads && s.key_heads == config.KeyHeads() &&
+           s.dk == config.dk && s.dv == config.dv && s.conv == config.conv;
+  }
+  if (!store) return false;
+  const int32_t capacity = config.kind == CacheKind::kRotating ? config.RingCapacity() : 0;
+  return store->kvHeads() == config.heads && store->headDim() == config.dim &&
+         store->window() == config.window && store->ringCapacity() == capacity &&
+         config.QueryHeads() % config.heads == 0;
+}
+
+}  // namespace
+
+Status Layout::CheckLayer(size_t i) const {
+  const Cache& c = *layers_[i];
+  const Status own = c.CheckInvariants();
+  if (!own.ok()) return Broken(kLayoutType, 2, LayerText(i) + ": " + own.message());
+  // The kind string only when it is needed (it may allocate).
+  if (c.rows() != rows_ || (rows_ > 1 && !IsBatchedCache(c.kind()))) {
+    return Broken(kLayoutType, 2,
+                  LayerText(i) + ": cache of kind " + c.kind() + " with " +
+                      std::to_string(c.rows()) + " rows in a layout of " +
+                      std::to_string(rows_));
+  }
+  if (!MatchesConfig(c, configs_[i])) {
+    return Broken(kLayoutType, 2,
+                  LayerText(i) + ": cache of kind " + c.kind() +
+                      " does not match the layer's configuration");
+  }
+  if (c.positionsRef() != layers_[0]->positionsRef() || c.columns() != layers_[0]->columns()) {
+    return Broken(kLayoutType, 3, LayerText(i) + " is out of step with layer 0");
+  }
+  // Compared with the first layer of its mask only: equal phases are
+  // transitive, and the check stays linear in the layers.
+  const auto* store = c.AsColumnStore();
+  for (size_t j = 0; store && j < i; ++j) {
+    const auto* other = layers_[j]->AsColumnStore();
+    if (!other || other->window() != store->window() ||
+        other->ringCapacity() != store->ringCapacity()) {
+      continue;
+    }
+    if (!other->SamePhase(*store)) {
+      return Broken(kLayoutType, 4,
+                    LayerText(i) + " is out of lockstep with layer " + std::to_string(j));
+    }
+    break;
+  }
+  return Status::Ok();
+}
+
+Status Layout::CheckMaskOfLayer(size_t i) const {
+  const int m = mask_of_layer_[i];
+  if (m == -1) return Status::Ok();
+  // Any other negative index converts to more than the masks there are.
+  if (static_cast<size_t>(m) >= masks_.size()) {
+    return Broken(kLayoutType, 5,
+                  LayerText(i) + " reads mask " + std::to_string(m) + " of " +
+                      std::to_string(masks_.size()));
+  }
+  const AttentionCache* a = attention(i);
+  const Mask& mask = masks_[m];
+  if (!a || a->window() != mask.window || a->ringCapacity() != mask_capacity_[m]) {
+    return Broken(kLayoutType, 5, LayerText(i) + " reads the mask of another window");
+  }
+  // Every layer of a window reads the mask built over the first one's slots:
+  // they must hold the same slot positions in the same phase.
+  const KvView view = a->View();
+  bool same = mask.rows == rows_ && view.slots == mask.slots &&
+              view.first_slot == mask.first_slot;
+  for (int r = 0; same && view.slots > 0 && r < rows_; ++r) {
+    same = std::memcmp(view.slot_pos + r * view.slot_stride, mask.slot_pos + r * mask.slot_stride,
+                       sizeof(int32_t) * static_cast<size_t>(view.slots)) == 0;
+  }
+  if (!same) return Broken(kLayoutType, 5, LayerText(i) + " is out of lockstep with its mask");
+  return Status::Ok();
+}
+
+Status Layout::CheckRoundState() const {
+  const size_t rows = static_cast<size_t>(rows_);
+  if ((!bypass_bound_.empty() && bypass_bound_.size() != rows) || (verified_ && !armed_) ||
+      verify_real_.size() != (verified_ ? rows : 0)) {
+    return Broken(kLayoutType, 6, "bad layout round state");
+  }
+  const std::vector<int32_t>& next = layers_[0]->positionsRef();
+  for (int row = 0; row < rows_; ++row) {
+    if ((!bypass_bound_.empty() && (bypass_bound_[row] < 0 || bypass_bound_[row] > next[row])) ||
+        (verified_ && (verify_real_[row] < 0 || verify_real_[row] > next[row]))) {
+      return Broken(kLayoutType, 6, "bad layout round state for row " + std::to_string(row));
+    }
+  }
+  // The bound of a bypass trim or an accept must be held by every layer.
+  const std::vector<int32_t>& bound = verified_ ? verify_real_ : bypass_bound_;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const SsmCacheBase* ssm = recurrent(i);
+    const auto* store = layers_[i]->AsColumnStore();
+    if (ssm && (ssm->armed() != armed_ || ssm->verified() != verified_ ||
+                (verified_ && ssm->roundReal() != verify_real_))) {
+      return Broken(kLayoutType, 6, LayerText(i) + ": round state disagrees");
+    }
+    if (!store || bound.empty()) continue;
+    if (store->lastWriteReal().empty()) {
+      return Broken(kLayoutType, 7, LayerText(i) + ": no last write for the bound");
+    }
+    for (int row = 0; row < rows_; ++row) {
+      if (bound[row] > store->lastWriteReal()[row]) {
+        return Broken(kLayoutType, 7, LayerText(i) + ": bound exceeds the last write");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status Layout::CheckBeforeChange(const char* operation) const {
+  // Invariants 1, 3, the sizes of 5, and 6-7: O(rows x layers), unlike the
+  // caches' own invariants (linear in their storage).
+  Status s;
+  if (rows_ < 1 || layers_.empty() || configs_.size() != layers_.size()) {
+    s = Broken(kLayoutType, 1, "a layout without rows, layers or one config per layer");
+  } else if (masks_.size() != mask_capacity_.size() || mask_of_layer_.size() != layers_.size()) {
+    s = Broken(kLayoutType, 5, "mask bookkeeping of the wrong size");
+  }
+  for (size_t i = 0; s.ok() && i < layers_.size(); ++i) {
+    const Cache& c = *layers_[i];
+    if (c.rows() != rows_ || c.columns() != layers_[0]->columns() ||
+        c.positionsRef() != layers_[0]->positionsRef()) {
+      s = Broken(kLayoutType, 3, LayerText(i) + " is out of step with layer 0");
+    }
+  }
+  if (s.ok()) s = CheckRoundState();
+  if (s.ok()) return s;
+  return Status::Error(std::string(operation) + " refused: " + s.message());
+}
+
+Status Layout::CheckInvariants() const {
+  if (rows_ < 1 || layers_.empty() || configs_.size() != layers_.size()) {
+    return Broken(kLayoutType, 1,
+                  "a layout of " + std::to_string(rows_) + " rows, " +
+                      std::to_string(layers_.size()) + " layers and " +
+                      std::to_string(configs_.size()) + " configs");
+  }
+  for (size_t i = 0; i < layers_.size(); ++i) KVSPEC_RETURN_IF_ERROR(CheckLayer(i));
+  if (masks_.size() != mask_capacity_.size() || mask_of_layer_.size() != layers_.size()) {
+    return Broken(kLayoutType, 5, "mask bookkeeping of the wrong size");
+  }
+  for (size_t i = 0; i < layers_.size(); ++i) KVSPEC_RETURN_IF_ERROR(CheckMaskOfLayer(i));
+  return CheckRoundState();
 }
 
 }  // namespace kvspec

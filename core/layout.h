@@ -11,7 +11,7 @@
 // Create, CopyTo, Forward, Filter, Join and Extract allocate everything
 // (a refusal's message included) before they change anything, so running
 // out of memory is a refusal that leaves the state unchanged
-// (core/tests/allocation_failure_test.cc fails every allocation of them in
+// (core/allocation_failure_test.cc fails every allocation of them in
 // turn). Fatal instead (kvspec::Fatal aborts with a
 // message): running out of memory inside Trim or Accept (they allocate a
 // little scratch while they change the layers), in Copy() (it returns a
@@ -148,7 +148,7 @@ class Layout {
 
  private:
   friend class CacheCodec;
-  friend struct InvariantsTestAccess;  // core/tests/invariants_test.cc corrupts states
+  friend struct InvariantsTestAccess;  // core/invariants_test_access.h: tests corrupt states
   Layout() = default;
   void ForgetLastForward();
   Status CheckLayer(size_t layer) const;       // invariants 2-4 of one layer

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
-#include "kvspec/kernels/conv1d.h"
+#include "kvspec/core/invariants.h"
+#include "kvspec/core/invariants_internal.h"
 #include "kvspec/core/kv_cache.h"  // CheckForwardColumns
+#include "kvspec/kernels/conv1d.h"
 
 namespace kvspec {
 
@@ -349,6 +352,61 @@ void SsmCacheBase::GatherRows(const std::vector<RowSource>& sources, int64_t col
 std::unique_ptr<SsmCacheBase> NewSsmCache(bool batched, int rows, const SsmShape& shape) {
   if (!batched) return std::make_unique<SsmCache>(shape);
   return std::make_unique<BatchedSsmCache>(rows, shape);
+}
+
+// ------------------------------------------------------------ invariants
+// The wording the checks share (core/invariants_internal.h).
+using invariants::Broken;
+using invariants::ProductOrMax;
+using invariants::RowText;
+using invariants::SizeIs;
+
+Status SsmCacheBase::CheckInvariants() const {
+  constexpr const char* kType = "SsmCacheBase";
+  const SsmShape& s = shape_;
+  if (rows_ < 1 || s.value_heads < 1 || s.key_heads < 1 || s.dk < 1 || s.dv < 1 ||
+      s.conv < 1 || s.conv > static_cast<int>(kMaxConvKernel)) {
+    return Broken(kType, 1, "bad recurrent shape");
+  }
+  if (s.value_heads % s.key_heads != 0) {
+    return Broken(kType, 1, "key heads do not divide value heads");
+  }
+  const size_t rows = static_cast<size_t>(rows_);
+  KVSPEC_RETURN_IF_ERROR(
+      SizeIs(kType, 2, "a state buffer", row_floats_, s.ConvFloats() + s.RecurrentFloats()));
+  KVSPEC_RETURN_IF_ERROR(
+      SizeIs(kType, 2, "states", state_.size(), ProductOrMax({rows, 2, row_floats_})));
+  KVSPEC_RETURN_IF_ERROR(SizeIs(kType, 2, "active buffers", active_.size(), rows));
+  KVSPEC_RETURN_IF_ERROR(SizeIs(kType, 2, "next positions", next_.size(), rows));
+  if (columns_ < 0) return Broken(kType, 3, "negative column count");
+  for (int row = 0; row < rows_; ++row) {
+    if (active_[row] > 1 || next_[row] < 0 || next_[row] > columns_) {
+      return Broken(kType, 3, RowText(row) + ": bad buffer index or position");
+    }
+  }
+  if (verified_ && !armed_) return Broken(kType, 4, "verified without a round");
+  const size_t round_rows = armed_ ? rows : 0;
+  KVSPEC_RETURN_IF_ERROR(SizeIs(kType, 4, "snapshots", snapshot_.size(), round_rows));
+  KVSPEC_RETURN_IF_ERROR(SizeIs(kType, 4, "round sizes", round_real_.size(), round_rows));
+  KVSPEC_RETURN_IF_ERROR(SizeIs(kType, 4, "round records", record_.size(), round_rows));
+  for (int row = 0; armed_ && row < rows_; ++row) KVSPEC_RETURN_IF_ERROR(CheckRound(row));
+  return Status::Ok();
+}
+
+Status SsmCacheBase::CheckRound(int row) const {
+  constexpr const char* kType = "SsmCacheBase";
+  const int32_t real = round_real_[row];
+  if (snapshot_[row] > 1 || real < 0 || real > next_[row] || (!verified_ && real != 0)) {
+    return Broken(kType, 5, RowText(row) + ": bad round state");
+  }
+  const uint8_t expect_active =
+      verified_ && real > 0 ? static_cast<uint8_t>(1 - snapshot_[row]) : snapshot_[row];
+  if (active_[row] != expect_active) {
+    return Broken(kType, 5, RowText(row) + ": round buffers disagree");
+  }
+  const std::string name = RowText(row) + "'s round record";
+  return SizeIs(kType, 5, name.c_str(), record_[row].size(),
+                ProductOrMax({static_cast<size_t>(real), RecordFloats()}));
 }
 
 }  // namespace kvspec

@@ -164,7 +164,7 @@ class SsmCacheBase : public Cache {
 
  private:
   friend class CacheCodec;
-  friend struct InvariantsTestAccess;  // core/tests/invariants_test.cc corrupts states
+  friend struct InvariantsTestAccess;  // core/invariants_test_access.h: tests corrupt states
   Status CheckRound(int row) const;  // invariant 5 of one row
   float* Buffer(int row, int which) {
     return &state_[(static_cast<size_t>(row) * 2 + which) * row_floats_];

@@ -1,7 +1,8 @@
-// trace/json.h SourceLines, which gives each statement of
-// `kvspec trace --emit --json` the line of the user's trace it comes from
-// (the Python runner reports failures there): the emitter echoes every line
-// of the original in order but the expectations it regenerates
+// The JSON form of a program (trace/json.h): ProgramToJson escapes strings
+// and gives source lines only where it has them; SourceLines gives each
+// statement of `kvspec trace --emit --json` the line of the user's trace it
+// comes from (the Python runner reports failures there): the emitter echoes
+// every line of the original in order but the expectations it regenerates
 // (`expect sees`, `expect positions`, `expect out`), so every other
 // original line -- statements, comments, blank lines -- has exactly one
 // echo, mapped to it. Checked on the corpus's traces with a blank line and
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "kvspec/trace/json.h"
+#include "kvspec/trace/program.h"
 #include "kvspec/runner/runner.h"
 
 #ifndef KVSPEC_SOURCE_DIR
@@ -128,6 +130,67 @@ TEST(ProgramToJson, EveryControlCharacterIsEscaped) {
     EXPECT_EQ(json.find(static_cast<char>(c)), std::string::npos) << "raw byte " << c;
   }
   EXPECT_NE(json.find("\\u001f \""), std::string::npos) << json;  // the blank is not escaped
+}
+
+// ---------------------------------------------------------------------------
+// JSON of a program.
+
+Program Parse(const std::string& text) {
+  Program program;
+  SyntaxError error;
+  EXPECT_TRUE(ParseTrace(text, "t.trace", &program, &error)) << error.ToString();
+  return program;
+}
+
+TEST(JsonEdges, StringsEscapeQuotesAndBackslashes) {
+  Program p = Parse("trace 1\nrows 1\nlayer a kv\nwindow 1\n");
+  p.file = "say \"hi\".trace";
+  EXPECT_NE(ProgramToJson(p).find("\"file\": \"say \\\"hi\\\".trace\","), std::string::npos)
+      << ProgramToJson(p);
+  p.file = "dir\\a.trace";
+  EXPECT_NE(ProgramToJson(p).find("\"file\": \"dir\\\\a.trace\","), std::string::npos)
+      << ProgramToJson(p);
+  p.file = "plain/a.trace";
+  EXPECT_NE(ProgramToJson(p).find("\"file\": \"plain/a.trace\","), std::string::npos)
+      << ProgramToJson(p);
+}
+
+// A statement gets "source_line" only when its line has an entry (lines
+// 1..size); a layer without a recorded line gets "line": 0.
+TEST(JsonEdges, SourceLinesOnlyWhereTheMapHasTheLine) {
+  Program p = Parse("trace 1\nrows 1\nlayer a kv\nwindow 1\ndecode\narm\n");
+  ASSERT_EQ(p.body.size(), 3u);
+  const std::vector<int> map = {11, 12, 13, 14, 15};  // lines 1..5
+  Program q = p;
+  q.body[2].line = 0;  // a statement without a line (not from the parser)
+  const std::string json = ProgramToJson(q, &map);
+  EXPECT_NE(json.find("{\"line\": 4, \"source_line\": 14, \"op\": \"window\""),
+            std::string::npos) << json;
+  EXPECT_NE(json.find("{\"line\": 5, \"source_line\": 15, \"op\": \"decode\""),
+            std::string::npos) << json;
+  EXPECT_NE(json.find("{\"line\": 0, \"op\": \"arm\""), std::string::npos) << json;
+  const std::vector<int> one = {21};  // line 1 only
+  Program first = p;
+  first.body[0].line = 1;
+  const std::string json1 = ProgramToJson(first, &one);
+  EXPECT_NE(json1.find("{\"line\": 1, \"source_line\": 21, \"op\": \"window\""),
+            std::string::npos) << json1;
+  EXPECT_NE(json1.find("{\"line\": 5, \"op\": \"decode\""), std::string::npos) << json1;
+  // Layer lines.
+  EXPECT_NE(ProgramToJson(p).find("\"name\": \"a\", \"kind\": \"kv\", \"line\": 3,"),
+            std::string::npos);
+  p.layer_lines.clear();
+  EXPECT_NE(ProgramToJson(p).find("\"name\": \"a\", \"kind\": \"kv\", \"line\": 0,"),
+            std::string::npos) << ProgramToJson(p);
+}
+
+// A bare `expect` (or `expect` and blanks) is no expectation the emitter
+// regenerates: SourceLines does not skip over it.
+TEST(JsonEdges, BareExpectIsNotARegeneratedLine) {
+  EXPECT_EQ(SourceLines("a\nexpect\nb\n", "a\nb\n"), (std::vector<int>{1, 1}));
+  EXPECT_EQ(SourceLines("a\nexpect \t\nb\n", "a\nb\n"), (std::vector<int>{1, 1}));
+  // A regenerated one is skipped.
+  EXPECT_EQ(SourceLines("a\nexpect sees x\nb\n", "a\nb\n"), (std::vector<int>{1, 3}));
 }
 
 }  // namespace

@@ -327,7 +327,7 @@ TEST(TraceParseErrorTest, SeesAndOutSyntax) {
 
 // ---------------------------------------------------------------------------
 // Exact messages: a refusal whose check were lost would often still be
-// refused by a later check, with another message (issue 20).
+// refused by a later check, with another message.
 
 // `text` fails at line:col with exactly `message`.
 ::testing::AssertionResult FailsWithExactly(std::string_view text, int line, int col,

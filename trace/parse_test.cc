@@ -3,11 +3,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "kvspec/trace/parse_internal.h"
 #include "kvspec/trace/parse_test_util.h"
 #include "kvspec/trace/program.h"
 
@@ -444,6 +446,51 @@ TEST(TraceParseTest, FailureLeavesProgramUntouchedAndAllowsNulls) {
   EXPECT_FALSE(ParseTrace("nope", "f", nullptr, nullptr));
   EXPECT_TRUE(ParseTrace("trace 1\nrows 1\nlayer a kv\n", "f", nullptr,
                          nullptr));
+}
+
+// ---------------------------------------------------------------------------
+// Views and names.
+
+// The parser reads only the bytes of the view it is given: a view that ends
+// in blanks without a newline, inside a larger buffer that goes on with
+// more blanks and a word, parses as the view alone.
+TEST(TraceParseView, ReadsOnlyTheBytesOfItsView) {
+  const std::string buffer = "trace 1\nrows 1\nlayer a kv \t   x";
+  const std::string_view text(buffer.data(), buffer.size() - 4);  // ends with " \t"
+  ASSERT_EQ(text.substr(text.size() - 2), " \t");
+  trace::Program program;
+  trace::SyntaxError error;
+  ASSERT_TRUE(trace::ParseTrace(text, "view.trace", &program, &error)) << error.ToString();
+  ASSERT_EQ(program.layers.size(), 1u);
+  ASSERT_EQ(program.lines.size(), 3u);
+  EXPECT_EQ(program.lines[2], "layer a kv \t");
+}
+
+// `decode` takes ids= only: right= (prepared padding) belongs to windows.
+TEST(TraceParseView, DecodeRefusesRightPadding) {
+  const std::string head = "trace 1\nrows 1\nlayer a kv\n";
+  trace::Program program;
+  trace::SyntaxError error;
+  EXPECT_FALSE(trace::ParseTrace(head + "decode right=0\n", "t.trace", &program, &error));
+  EXPECT_EQ(error.line, 4);
+  EXPECT_EQ(error.col, 8);
+  EXPECT_EQ(error.message, "decode: unknown option 'right' (expected ids=)");
+  trace::Program window;
+  EXPECT_TRUE(trace::ParseTrace(head + "window 2 right=0\n", "t.trace", &window, &error))
+      << error.ToString();
+}
+
+TEST(ParseEdges, InvalidNameAt) {
+  using parse_internal::InvalidNameAt;
+  constexpr size_t kValid = std::string_view::npos;
+  EXPECT_EQ(InvalidNameAt(""), 0u);  // documented: invalid at 0
+  EXPECT_EQ(InvalidNameAt(std::string_view("ab", 0)), 0u);  // empty, whatever follows
+  EXPECT_EQ(InvalidNameAt("a"), kValid);
+  EXPECT_EQ(InvalidNameAt("z"), kValid);
+  EXPECT_EQ(InvalidNameAt("`a"), 0u);  // just below 'a'
+  EXPECT_EQ(InvalidNameAt("{a"), 0u);  // just above 'z'
+  EXPECT_EQ(InvalidNameAt("a_9z"), kValid);
+  EXPECT_EQ(InvalidNameAt("ab{"), 2u);
 }
 
 }  // namespace

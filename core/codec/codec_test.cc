@@ -26,7 +26,7 @@
 #include "kvspec/core/kv_cache.h"
 #include "kvspec/core/layout.h"
 #include "kvspec/core/ssm_cache.h"
-#include "kvspec/core/tests/layout_test_util.h"
+#include "kvspec/core/layout_test_util.h"
 #include "kvspec/runner/runner.h"
 
 namespace kvspec {

@@ -1,17 +1,22 @@
-// Helpers shared by the core tests that drive whole layouts
-// (invariants_test, edges_test, accept_lockstep_test): contents made up
-// from a start value, a forward through every layer, a layer config.
+// Helpers of the core tests (core/*_test.cc, core/codec/*_test.cc):
+// contents made up from a start value, appends and forwards through every
+// layer with them, a layer config, the inputs of one layer, and errors
+// expected to name their reason.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "kvspec/base/layer_config.h"
+#include "kvspec/base/status.h"
+#include "kvspec/core/kv_cache.h"
 #include "kvspec/core/layout.h"
 #include "kvspec/core/ssm_cache.h"
-#include "kvspec/base/status.h"
 
 namespace kvspec::layout_test {
 
@@ -20,6 +25,15 @@ inline std::vector<float> Filled(size_t n, float start) {
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = start + 0.01f * static_cast<float>(i % 97);
   return v;
+}
+
+// Appends `cols` to a store with made-up contents (the keys serve as the
+// values).
+inline Status AppendTo(AttentionCache& c, const ForwardColumns& cols) {
+  const size_t n = static_cast<size_t>(c.rows()) * static_cast<size_t>(cols.columns) *
+                   static_cast<size_t>(c.kvHeads()) * static_cast<size_t>(c.headDim());
+  const std::vector<float> k = Filled(n, 0.5f);
+  return c.Append(cols, k.data(), k.data());
 }
 
 // One forward of `cols` through every layer, with made-up contents.
@@ -78,5 +92,30 @@ struct SsmInputs {
     io.beta = beta.data();
   }
 };
+
+// q, k, v and out of one attention layer for a forward of `columns` columns
+// (the keys serve as the values).
+struct AttentionBuffers {
+  AttentionBuffers(const LayerConfig& c, int rows, int32_t columns)
+      : q(Filled(static_cast<size_t>(rows) * columns * c.QueryHeads() * c.dim, 0.4f)),
+        k(Filled(static_cast<size_t>(rows) * columns * c.heads * c.dim, 0.6f)),
+        out(q.size(), 0.0f) {}
+  AttentionIO io() { return AttentionIO(q.data(), k.data(), k.data(), out.data()); }
+  std::vector<float> q, k, out;
+};
+
+// `s` is an error whose message holds every one of `parts`.
+inline void ExpectError(const Status& s, std::initializer_list<std::string> parts) {
+  ASSERT_FALSE(s.ok()) << "expected an error naming " << *parts.begin();
+  for (const std::string& p : parts) {
+    EXPECT_NE(s.message().find(p), std::string::npos) << "'" << p << "' not in: " << s.message();
+  }
+}
+
+// `s` is an error whose message names `invariant`.
+inline void ExpectBroken(const Status& s, const std::string& invariant) {
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(invariant), std::string::npos) << s.message();
+}
 
 }  // namespace kvspec::layout_test

@@ -1,5 +1,4 @@
-// Layout under allocation failure, the two paths no other test produced
-// (issue 20's coverage gaps):
+// The layout when memory runs out:
 // - BytesAfterFilter and BytesAfterJoin, when memory runs
 //   out while one layer's figure is computed, report the largest size_t
 //   (no budget grants it), never a sum that wrapped around;
@@ -8,7 +7,8 @@
 //
 // This binary replaces the global operator new and delete (the n-th
 // allocation from an arming throws std::bad_alloc): it is its own test
-// executable so that no other test runs under them.
+// executable so that no other test runs under them, and so that no larger
+// forward before the death test has grown the attention kernel's scratch.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,11 +1,7 @@
-// Layout (core/layout.h) behaviour the rest of the suite never produced
-// (issue 20's coverage gaps): every shape a layer config may not have is
-// refused by Create, one field at a time, with the boundary values that are
-// still accepted; the refusals of Forward, Trim and Join that no other test
-// provoked leave the layout unchanged; an operation on a layout whose cheap
-// invariants are broken is refused (Copy() aborts); BytesAfterJoin of
-// another layer list is 0; a layer with an output but no query attends
-// nothing.
+// Unit tests of the layout (core/layout.h): Create checks every layer
+// shape field by field (the smallest valid values accepted); Forward,
+// Trim, CopyTo and Copy refuse what they must and change nothing; a copy
+// and every new or changed layout read no mask until their own forward.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,39 +10,32 @@
 #include <string>
 #include <vector>
 
+#include "kvspec/core/codec/codec.h"
+#include "kvspec/core/invariants_test_access.h"
 #include "kvspec/core/layout.h"
+#include "kvspec/core/layout_test_util.h"
 #include "kvspec/kernels/conv1d.h"
 
 namespace kvspec {
-
-// Test-only access to the state these tests corrupt (a friend of Layout).
-struct InvariantsTestAccess {
-  static std::vector<int32_t>& BypassBound(Layout& l) { return l.bypass_bound_; }
-};
-
 namespace {
 
-LayerConfig Kv(const std::string& name) {
-  LayerConfig c;
-  c.name = name;
-  c.kind = CacheKind::kKv;
-  return c;
-}
+using layout_test::AttentionBuffers;
+using layout_test::Filled;
+using layout_test::Layer;
+
+LayerConfig Kv(const std::string& name) { return Layer(name, CacheKind::kKv); }
 
 LayerConfig Ring(const std::string& name, int32_t window, int32_t capacity = 0) {
-  LayerConfig c;
-  c.name = name;
-  c.kind = CacheKind::kRotating;
-  c.window = window;
-  c.capacity = capacity;
-  return c;
+  return Layer(name, CacheKind::kRotating, window, capacity);
 }
 
-LayerConfig Ssm(const std::string& name) {
-  LayerConfig c;
-  c.name = name;
-  c.kind = CacheKind::kSsm;
-  return c;
+LayerConfig Ssm(const std::string& name) { return Layer(name, CacheKind::kSsm); }
+
+// n floats counting up from `start` in steps of 1.
+std::vector<float> Counting(size_t n, float start) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = start + static_cast<float>(i);
+  return v;
 }
 
 // Create refuses `layers` with exactly `message` and builds nothing.
@@ -66,6 +55,14 @@ void ExpectCreated(int rows, const std::vector<LayerConfig>& layers, const std::
   EXPECT_NE(out, nullptr) << what;
 }
 
+std::unique_ptr<Layout> Created(int rows, const std::vector<LayerConfig>& layers) {
+  std::unique_ptr<Layout> layout;
+  const Status s = Layout::Create(rows, layers, &layout);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return layout;
+}
+
+// ------------------------------------------------------------ create
 // A plain attention layer needs heads >= 1, dim >= 1, window >= 0 and query
 // heads a multiple of the heads: each violation alone is refused, naming the
 // layer and its shape; the smallest accepted values are accepted.
@@ -102,6 +99,23 @@ TEST(LayoutCreateEdges, PlainLayerShapeIsCheckedFieldByField) {
   ExpectCreated(1, {c}, "2 heads, 4 query heads");
   c.q_heads = 2;
   ExpectCreated(1, {c}, "2 heads, 2 query heads");
+}
+
+// A plain attention layer needs a dim of at least 1: a dim of 0 is a bad
+// shape, refused by Layout::Create naming the layer and its shape.
+TEST(LayoutCreate, APlainLayerOfDimZeroIsRefused) {
+  LayerConfig c;
+  c.name = "a";
+  c.heads = 1;
+  c.dim = 0;
+  std::unique_ptr<Layout> layout;
+  const Status s = Layout::Create(1, {c}, &layout);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message().rfind("layer 'a': bad shape (heads 1, query heads 1, dim 0", 0), 0u)
+      << s.message();
+  EXPECT_EQ(layout, nullptr);
+  c.dim = 1;
+  EXPECT_TRUE(Layout::Create(1, {c}, &layout).ok());
 }
 
 // A ring layer needs heads >= 1, dim >= 1, window >= 1, a capacity (0: the
@@ -143,6 +157,21 @@ TEST(LayoutCreateEdges, RingLayerShapeIsCheckedFieldByField) {
   c.heads = 2;
   c.q_heads = 6;
   ExpectCreated(1, {c}, "2 heads, 6 query heads");
+}
+
+TEST(LayoutCreate, RingCapacityBelowTheWindowIsRefused) {
+  LayerConfig ring;
+  ring.name = "r";
+  ring.kind = CacheKind::kRotating;
+  ring.window = 4;
+  ring.capacity = 3;
+  std::unique_ptr<Layout> layout;
+  const Status s = Layout::Create(1, {ring}, &layout);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("bad ring shape"), std::string::npos) << s.message();
+  EXPECT_EQ(layout, nullptr);
+  ring.capacity = 4;
+  EXPECT_TRUE(Layout::Create(1, {ring}, &layout).ok());
 }
 
 // A recurrent layer needs value heads >= 1, key heads (0: the value heads)
@@ -220,22 +249,7 @@ TEST(LayoutCreateEdges, NoRowsOrNoLayersAreRefused) {
   ExpectCreated(1, {Kv("a")}, "one row, one layer");
 }
 
-std::vector<float> Filled(size_t n, float start) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = start + 0.01f * static_cast<float>(i % 97);
-  return v;
-}
-
-// q, k, v and out of one attention layer for a forward of `columns` columns.
-struct AttentionBuffers {
-  AttentionBuffers(const LayerConfig& c, int rows, int32_t columns)
-      : q(Filled(static_cast<size_t>(rows) * columns * c.QueryHeads() * c.dim, 0.4f)),
-        k(Filled(static_cast<size_t>(rows) * columns * c.heads * c.dim, 0.6f)),
-        out(q.size(), 0.0f) {}
-  AttentionIO io() { return AttentionIO(q.data(), k.data(), k.data(), out.data()); }
-  std::vector<float> q, k, out;
-};
-
+// ------------------------------------------------------------ forward, trim
 // Forward refuses inputs for another number of layers than the layout has,
 // saying both counts, and changes nothing.
 TEST(LayoutForwardEdges, InputsForAnotherLayerCountAreRefused) {
@@ -323,81 +337,70 @@ TEST(LayoutTrimEdges, ANegativeCountIsRefused) {
   EXPECT_EQ(layout->positions(), (std::vector<int32_t>{2, 2}));
 }
 
-std::unique_ptr<Layout> Created(int rows, const std::vector<LayerConfig>& layers) {
+// ------------------------------------------------------------ copies and masks
+// Masks point into the caches: a copy has no last mask until its own first
+// forward, whatever the original had.
+TEST(LayoutCopy, ACopyHasNoLastMask) {
+  LayerConfig kv;
+  kv.name = "a";
   std::unique_ptr<Layout> layout;
-  const Status s = Layout::Create(rows, layers, &layout);
-  EXPECT_TRUE(s.ok()) << s.message();
-  return layout;
+  ASSERT_TRUE(Layout::Create(1, {kv, kv}, &layout).ok());
+  const auto x = Counting(3 * 4, 0.5f);
+  const AttentionIO io(x.data(), x.data(), x.data(), nullptr);
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(1, 3), {io, io}).ok());
+  ASSERT_NE(layout->LastMask(0), nullptr);
+  const std::unique_ptr<Layout> copy = layout->Copy();
+  EXPECT_EQ(copy->LastMask(0), nullptr);
+  EXPECT_EQ(copy->LastMask(1), nullptr);
+  ASSERT_TRUE(copy->Forward(ForwardColumns::Dense(1, 1, true), {io, io}).ok());
+  ASSERT_NE(copy->LastMask(1), nullptr);
+  EXPECT_EQ(copy->LastMask(1)->queries, 1);
 }
 
-// Join refuses a layer list that differs in a layer's kind or head count,
-// naming the layer; a layout of another layer count; and the layout itself.
-// Nothing changes on either side.
-TEST(LayoutJoinEdges, KindHeadsLayerCountAndSelfAreRefused) {
-  LayerConfig ring = Ring("a", 4);
-  LayerConfig kv = Kv("a");
-  kv.window = 4;  // the ring's shape, another kind
-  LayerConfig two = ring;
-  two.heads = 2;
-  two.q_heads = 2;
-  LayerConfig one = ring;
-  one.q_heads = 2;  // the same query heads as `two`, one head
-  struct Case {
-    const char* what;
-    std::vector<LayerConfig> ours, theirs;
-    std::string message;
+// Every layout that an operation makes anew (created, copied, extracted,
+// decoded) and every one that a filter or join changed reads no mask until
+// its own first forward, and holds its invariants (Layout invariant 5: a
+// layer reads no mask, or one that exists), also in a build without the
+// invariant checks after each operation.
+TEST(LayoutMasks, EveryNewOrChangedLayoutReadsNoMask) {
+  LayerConfig kv, ring;
+  kv.name = "a";
+  ring.name = "r";
+  ring.kind = CacheKind::kRotating;
+  ring.window = 2;
+  std::unique_ptr<Layout> layout;
+  ASSERT_TRUE(Layout::Create(2, {kv, ring}, &layout).ok());
+  auto reads_no_mask = [](const Layout& l, const char* what) {
+    EXPECT_TRUE(l.CheckInvariants().ok()) << what << ": " << l.CheckInvariants().message();
+    for (size_t i = 0; i < l.size(); ++i) EXPECT_EQ(l.LastMask(i), nullptr) << what << " " << i;
   };
-  LayerConfig renamed = ring;
-  renamed.name = "b";
-  const Case cases[] = {
-      {"name", {ring}, {renamed}, "join needs the same layer list (layer 'a' differs)"},
-      {"kind", {ring}, {kv}, "join needs the same layer list (layer 'a' differs)"},
-      {"heads", {one}, {two}, "join needs the same layer list (layer 'a' differs)"},
-      {"more layers", {ring}, {ring, Kv("b")}, "join needs the same layer list"},
-      {"fewer layers", {ring, Kv("b")}, {ring}, "join needs the same layer list"},
-  };
-  for (const Case& c : cases) {
-    std::unique_ptr<Layout> a = Created(1, c.ours), b = Created(2, c.theirs);
-    ASSERT_NE(a, nullptr) << c.what;
-    ASSERT_NE(b, nullptr) << c.what;
-    const uint64_t ours = a->StateHash(), theirs = b->StateHash();
-    const Status s = a->Join(*b);
-    EXPECT_FALSE(s.ok()) << c.what;
-    EXPECT_EQ(s.message(), c.message) << c.what;
-    EXPECT_EQ(a->StateHash(), ours) << c.what;
-    EXPECT_EQ(b->StateHash(), theirs) << c.what;
-    EXPECT_EQ(a->rows(), 1) << c.what;
-  }
-  std::unique_ptr<Layout> a = Created(2, {ring});
-  const uint64_t before = a->StateHash();
-  const Status s = a->Join(*a);
-  EXPECT_FALSE(s.ok());
-  EXPECT_EQ(s.message(), "a layout cannot join itself");
-  EXPECT_EQ(a->StateHash(), before);
-  EXPECT_EQ(a->rows(), 2);
-  // and a copy of it joins
-  std::unique_ptr<Layout> copy = a->Copy();
-  ASSERT_TRUE(a->Join(*copy).ok());
-  EXPECT_EQ(a->rows(), 4);
-}
-
-// BytesAfterJoin is 0 for a layout of another layer count (Join refuses
-// it), and what the joined layers hold otherwise.
-TEST(LayoutJoinEdges, BytesAfterJoinOfAnotherLayerCountIsZero) {
-  std::unique_ptr<Layout> a = Created(1, {Kv("a")});
-  std::unique_ptr<Layout> b = Created(1, {Kv("a"), Kv("b")});
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  AttentionBuffers x(a->config(0), 1, 3);
-  ASSERT_TRUE(a->Forward(ForwardColumns::Dense(1, 3), {x.io()}).ok());
-  ASSERT_TRUE(b->Forward(ForwardColumns::Dense(1, 3), {x.io(), x.io()}).ok());
-  EXPECT_EQ(a->BytesAfterJoin(*b), 0u);
-  EXPECT_EQ(b->BytesAfterJoin(*a), 0u);
-  std::unique_ptr<Layout> same = a->Copy();
-  const size_t joined = a->BytesAfterJoin(*same);
-  EXPECT_GT(joined, 0u);
-  ASSERT_TRUE(a->Join(*same).ok());
-  EXPECT_EQ(a->allocatedBytes(), joined);
+  reads_no_mask(*layout, "created");
+  const auto x = Counting(2 * 3 * 4, 0.5f);
+  const AttentionIO io(x.data(), x.data(), x.data(), nullptr);
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(2, 3), {io, io}).ok());
+  ASSERT_NE(layout->LastMask(0), nullptr);
+  ASSERT_NE(layout->LastMask(1), nullptr);
+  reads_no_mask(*layout->Copy(), "copied");
+  std::unique_ptr<Layout> one;
+  ASSERT_TRUE(layout->Extract(1, &one).ok());
+  reads_no_mask(*one, "extracted");
+  std::string bytes;
+  ASSERT_TRUE(EncodeLayout(*layout, &bytes).ok());
+  std::unique_ptr<Layout> decoded;
+  ASSERT_TRUE(DecodeLayout(bytes, &decoded).ok());
+  reads_no_mask(*decoded, "decoded");
+  const std::unique_ptr<Layout> other = layout->Copy();
+  ASSERT_TRUE(layout->Join(*other).ok());
+  reads_no_mask(*layout, "joined");
+  ASSERT_TRUE(layout->Forward(ForwardColumns::Dense(4, 1), {io, io}).ok());
+  ASSERT_NE(layout->LastMask(1), nullptr);
+  ASSERT_TRUE(layout->Filter({0, 3}).ok());
+  reads_no_mask(*layout, "filtered");
+  // Each reads its own mask after its own forward.
+  ASSERT_TRUE(one->Forward(ForwardColumns::Dense(1, 1), {io, io}).ok());
+  ASSERT_NE(one->LastMask(1), nullptr);
+  EXPECT_EQ(one->LastMask(1)->rows, 1);
+  EXPECT_TRUE(one->CheckInvariants().ok());
 }
 
 // A layout whose cheap invariants are broken (here invariant 6: a bypass

@@ -1,7 +1,7 @@
 // Each refusal of the caches, the layout and the batch lifecycle states its
-// own exact message (issue 20: harness strength). A check that only asks
-// for !ok() does not notice a refusal whose condition is lost while a later
-// check still refuses the input with another message; these cases do. Each
+// own exact message. A check that only asks for !ok() does not notice a
+// refusal whose condition is lost while a later check still refuses the
+// input with another message; these cases do. Each
 // case breaks exactly the one condition of its refusal, expects the exact
 // message, and checks that the state is unchanged (the hash of the cache or
 // layout before and after, and an output argument left untouched).
@@ -19,7 +19,7 @@
 #include "kvspec/core/kv_cache.h"
 #include "kvspec/core/layout.h"
 #include "kvspec/core/ssm_cache.h"
-#include "kvspec/core/tests/layout_test_util.h"
+#include "kvspec/core/layout_test_util.h"
 
 namespace kvspec {
 namespace {
