@@ -100,7 +100,7 @@ class Runner {
   Status CheckInvariants() const;
 
  private:
-  // trace/self_check_test.cc runs statements one at a time and
+  // runner/self_check_test.cc runs statements one at a time and
   // injects a faulty cache into a layout.
   friend struct RunnerTestAccess;
 
