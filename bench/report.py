@@ -7,8 +7,9 @@
   report.py compare OLD.json NEW.json  per benchmark: median time of each
                                        run, NEW/OLD, and fraction counters
   report.py table [--cpu NAME] RUN.json...
-                                       the README's table of goals (markdown):
-                                       each figure with its limit or peer
+                                       the table of goals of docs/benchmarks.md
+                                       (markdown): each figure with its
+                                       limit or peer
                                        from the same run, on the best target
 
 Only the median aggregates are read when a run has repetitions, else the
