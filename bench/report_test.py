@@ -175,6 +175,20 @@ class Table(unittest.TestCase):
         self.assertEqual(len(bound), 1)
         self.assertEqual(bound[0][2], "3.00")  # 15 / 5
 
+    def test_the_best_target_is_the_one_dispatch_picks(self):
+        # AVX2's peak FMA a hair above AVX3's (Zen 4): the rows are AVX3's.
+        rows = self.table({"attention": [median("BM_PeakFma/AVX3", 1.0, flops=1.16e11),
+                                         median("BM_PeakFma/AVX2", 1.0, flops=1.17e11)]})
+        self.assertIn("attention: peak FMA, AVX3", rows)
+
+    def test_a_suite_without_goals_adds_no_rows(self):
+        # bench/run's default run has ring.json, which holds no BM_PeakFma.
+        rows = self.table({
+            "attention": [median("BM_PeakFma/AVX3", 1.0, flops=1.5e11)],
+            "ring": [median("BM_RingWrite/1", 1.0)]})
+        self.assertIn("attention: peak FMA, AVX3", rows)
+        self.assertFalse([w for w in rows if w.startswith("ring")])
+
     def test_decode_at_3x_ggml_has_no_bound_row(self):
         rows = self.attention(decode_ms=5.0, ggml_ms=15.0, walk_ms=4.0)
         what = "attention: kvspec f32 vs ggml f32 decode, dim 64, 16384 tokens"

@@ -1,5 +1,5 @@
-// Near-the-limits fuzz target (issue 16: hostile input never crashes, hangs
-// or exhausts the reference): the input's bytes drive a generator of traces
+// Near-the-limits fuzz target (hostile input never crashes, hangs or
+// exhausts the reference): the input's bytes drive a generator of traces
 // whose sizes sit at or near TRACE.md's limits (rows up to 64, heads up to
 // 64, dim/dk/dv up to 512, L up to 4096, windows and capacities up to 65536,
 // conv up to 64, ids up to 2^31 - 1, rows filled towards 1,000,000 tokens),

@@ -23,16 +23,13 @@ bool MayReachKnownIssue(const trace::Program& program, std::string* which) {
   return false;
 }
 
-// Issue 16 ("Hostile input never crashes, hangs or exhausts the
-// reference"): fuzz_limits screened out, until stop 29, the programs that
-// could reach what the runner did not bound yet (ssm states allocated
-// before the budget was checked; a forward's inputs, outputs, round record
-// and read-back outside it; a read-back quadratic in the queries). The
-// runner now budgets all of them before it allocates (runner/runner_budget.cc;
-// corpus/bad/limit_*.trace), and fuzz_limits runs every program it makes.
-// Fixed before that: `filter`, `join` and `extract` gathered a rotating
-// layer's rows into a store of its full capacity, before any budget check
-// (`rows 3` / `layer l0 rotating heads=64 dim=380 window=65535` / `filter 0`
-// allocated 6 GB): corpus/bad/limit_join_gather.trace.
+// Hostile input never crashes, hangs or exhausts the reference: the runner
+// budgets every allocation and every unit of work before it makes it
+// (runner/runner_budget.cc; corpus/bad/limit_*.trace), so fuzz_limits runs
+// every program it makes, with no screen. One such bound: `filter`, `join`
+// and `extract` once gathered a rotating layer's rows into a store of its
+// full capacity before any budget check (`rows 3` / `layer l0 rotating
+// heads=64 dim=380 window=65535` / `filter 0` allocated 6 GB):
+// corpus/bad/limit_join_gather.trace.
 
 }  // namespace kvspec::fuzz
