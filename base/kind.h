@@ -1,4 +1,4 @@
-// Cache kinds: one enum and its stable strings (README "Cache kinds").
+// Cache kinds: one enum and its stable strings (docs/trace-runner.md, "Cache kinds").
 //
 // CacheKind is what a layer is: full attention (kv), a sliding-window ring
 // (rotating) or a recurrent gated-DeltaNet state (ssm); it is the KIND word

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tests of bench/report.py's table (run by ctest): the rows the README's
+"""Tests of bench/report.py's table (run by ctest): the rows docs/benchmarks.md's
 table of goals is made of, from small Google Benchmark JSON files written
 here (no benchmark runs).
 

@@ -42,7 +42,7 @@ struct Tag {
   std::string ToString() const;
 };
 
-// The word hash of `state` lines and of the content index (README, "Where
+// The word hash of `state` lines and of the content index (docs/trace-runner.md, "Where
 // TRACE.md leaves room"): the fp32 values fed, as one sequence, are taken
 // two at a time as 64-bit words (the first value's bits in the low half; an
 // odd last value zero-extended); h starts at 0xCBF29CE484222325 and per

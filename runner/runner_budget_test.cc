@@ -1,4 +1,4 @@
-// The runner's limits (runner/runner_budget.cc, README): the memory a trace
+// The runner's limits (runner/runner_budget.cc, docs/trace-runner.md): the memory a trace
 // holds (the layers, each forward's storage, inputs, read-back and index,
 // held `out` and `sees` entries, reloads, filter and extract) and its work,
 // exactly, with the limit reported on the statement that crosses it (exit
@@ -144,7 +144,7 @@ uint64_t SmallestWork(const std::string& text, bool values) {
                               });
 }
 
-// A forward's work, as README defines it, per attention layer: per seen
+// A forward's work, as docs/trace-runner.md defines it, per attention layer: per seen
 // (query, slot) pair 2 x Hq x D multiply-adds when outputs are observed
 // (--values) and 64 for its reported tag; per real token a scan of the
 // mask over the slots after the append; and the bytes of those slots
@@ -166,7 +166,7 @@ TEST(TraceRunnerLimits, WorkBudgetIsTheSumOfTheForwardsWork) {
             4 * slots + slots * slot_bytes + pairs1 * 64);
 }
 
-// A recurrent forward's work (the "recurrent steps" of README), per real
+// A recurrent forward's work (the "recurrent steps" of docs/trace-runner.md), per real
 // token of a row: 4 multiply-adds per recurrent state element (Hv x dv x
 // dk: its decay, the k.S read, the update and the q.S output) and one per
 // conv weight (C x K, C = 2 x Hk x dk + Hv x dv channels); pad columns
@@ -184,7 +184,7 @@ TEST(TraceRunnerLimits, RecurrentWorkIsItsStepsPerRealToken) {
   EXPECT_EQ(SmallestWork(header + "decode\n", true), 7 * per_token);
 }
 
-// What creating the layers costs (README: a recurrent layer double-buffers
+// What creating the layers costs (docs/trace-runner.md: a recurrent layer double-buffers
 // every row's state, conv [K-1][C] and S [Hv][dv][dk] floats; a ring
 // allocates its capacity of slots, K and V of H x D floats and a position
 // each; a kv layer starts empty), summed over the layers in header order:
@@ -226,7 +226,7 @@ LayerConfig SsmLayer(int heads, int kheads, int dk, int dv, int conv) {
   return s;
 }
 
-// A recurrent forward's memory, exactly (README: the layout's storage and
+// A recurrent forward's memory, exactly (docs/trace-runner.md: the layout's storage and
 // the storage it grows to, held at once; the inputs x [C], gate and beta
 // [Hv] and outputs y [Hv x dv] of every column, pads included; the
 // read-back of each real token's outputs, a float and its 16-byte text
@@ -316,7 +316,7 @@ uint64_t SmallestBudget(const std::string& text, bool values) {
 }
 
 // With outputs observed (--values), a layout's last forward holds every
-// query's output: README's budget counts 64 bytes per reported entry plus
+// query's output: the budget of docs/trace-runner.md counts 64 bytes per reported entry plus
 // its floats (Hq x D), in every layout that holds the forward (each fork
 // copies it). A window of 8 queries of 1 head of dim 4, then forks: the
 // smallest budget with --values exceeds the one without by exactly

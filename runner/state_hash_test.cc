@@ -1,5 +1,5 @@
 // The state hashes of runner/runner.h: the word hash, fed in pieces and
-// empty runs, and the `state` hash of a recurrent layer (README, "Where
+// empty runs, and the `state` hash of a recurrent layer (docs/trace-runner.md, "Where
 // TRACE.md leaves room"), both checked against their definitions.
 #include <gtest/gtest.h>
 
@@ -81,7 +81,7 @@ LayerConfig SsmLayer(int heads, int kheads, int dk, int dv, int conv) {
   return s;
 }
 
-// The `state` hash as README defines it ("Where TRACE.md leaves room"):
+// The `state` hash as docs/trace-runner.md defines it ("Where TRACE.md leaves room"):
 // the floats taken two at a time as a little-endian 64-bit word, an odd
 // last one zero-extended; h = 0xCBF29CE484222325, per word
 // h = (h ^ w) * 0x9E3779B97F4A7C15, h ^= h >> 32; then mix(h ^ n).
