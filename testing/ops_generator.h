@@ -99,7 +99,8 @@ class OpsGenerator {
   // The shadow's peak after dropping tokens of the last forward.
   static void PeakAsIfNotWritten(Shadow* s) { s->peak = std::max(s->peak_before, s->columns); }
 
-  // The header and the statement dispatch (ops_generator.cc).
+  // The header, the statement dispatch, the valid operations and the twin
+  // pattern (ops_generator.cc).
   void Header();
   void SsmLayer(int l, LayerShape* shape);
   void OneStatement();
@@ -121,6 +122,7 @@ class OpsGenerator {
   void Reload();
   void Fork();
   void Use();
+
   // Expectations and operations that should be refused (ops_expectations.cc).
   void ExpectPositions();
   void ExpectSees();
