@@ -17,6 +17,8 @@
 #include "kvspec/core/codec/codec.h"
 #include "kvspec/core/layout.h"
 #include "kvspec/runner/runner.h"
+#include "kvspec/testing/fdp_choices.h"
+#include "kvspec/testing/shape_generators.h"
 
 namespace {
 
@@ -114,11 +116,12 @@ Status Apply(Layout& layout, int op, FuzzedDataProvider& in, int salt) {
   switch (op) {
     case 0:
     case 1: {
-      ForwardColumns cols = ForwardColumns::Dense(rows, in.ConsumeIntegralInRange<int32_t>(1, 6));
-      for (int r = 0; r < rows; ++r) {
-        cols.left[r] = next[r] == 0 ? in.ConsumeIntegralInRange<int32_t>(0, cols.columns) : 0;
-        cols.right[r] = in.ConsumeIntegralInRange<int32_t>(0, cols.columns - cols.left[r]);
-      }
+      kvspec::testing::FdpChoices choices(&in);
+      const kvspec::testing::PaddedColumns pads =
+          kvspec::testing::DrawPaddedColumns(choices, 6, next, true);
+      ForwardColumns cols = ForwardColumns::Dense(rows, pads.columns);
+      cols.left = pads.left;
+      cols.right = pads.right;
       return Forward(layout, cols, salt);
     }
     case 2:

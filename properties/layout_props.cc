@@ -51,6 +51,8 @@
 #include "kvspec/trace/values.h"
 #include "kvspec/properties/regression_writer.h"
 #include "kvspec/testing/generators.h"
+#include "kvspec/testing/rc_choices.h"
+#include "kvspec/testing/shape_generators.h"
 #include "kvspec/testing/trace_model.h"
 
 namespace kvspec {
@@ -79,6 +81,22 @@ struct LayerShape {
   int dk = 4, dv = 4, conv = 4;
   int QueryHeads() const { return heads * group; }
   bool ring() const { return capacity > 0; }
+  // The shape of a declared layer (testing::MixedLayers).
+  static LayerShape Of(const LayerConfig& layer) {
+    LayerShape s;
+    s.recurrent = layer.kind == CacheKind::kSsm;
+    s.heads = layer.heads;
+    s.group = s.recurrent ? layer.heads / layer.KeyHeads() : layer.QueryHeads() / layer.heads;
+    s.dim = layer.dim;
+    s.window = layer.window;
+    s.capacity = layer.capacity;
+    if (s.recurrent) {
+      s.dk = layer.dk;
+      s.dv = layer.dv;
+      s.conv = layer.conv;
+    }
+    return s;
+  }
   SsmShape Ssm() const {
     SsmShape s;
     s.value_heads = heads;
@@ -128,38 +146,9 @@ rc::Gen<Config> GenConfig() {
   return rc::gen::exec([] {
     Config c;
     c.rows = *rc::gen::inRange(1, 5);
-    const int layers = *rc::gen::inRange(1, 4);
-    for (int l = 0; l < layers; ++l) {
-      LayerShape s;
-      s.heads = *rc::gen::inRange(1, 4);
-      s.group = *rc::gen::inRange(1, 3);
-      s.dim = *rc::gen::inRange(1, 21);
-      const int kind = *rc::gen::inRange(0, 6);  // 0-1 plain, 2 windowed, 3-4 ring, 5 ssm
-      if (kind == 5) {
-        s.recurrent = true;
-        const int kheads = *rc::gen::inRange(1, 3);
-        s.heads = kheads * s.group;
-        s.group = s.heads / kheads;
-        s.dk = *rc::gen::inRange(1, 9);
-        s.dv = *rc::gen::inRange(1, 6);
-        s.conv = *rc::gen::inRange(1, 5);
-        c.layers.push_back(s);
-        continue;
-      }
-      s.window = kind < 2 ? kNoWindow : *rc::gen::inRange<int32_t>(1, 9);
-      if (kind >= 3) {
-        // Rings often share a shape, so that several read one mask.
-        s.capacity = s.window + *rc::gen::element<int32_t>(0, 0, 1, 3);
-        if (!c.layers.empty() && *rc::gen::arbitrary<bool>()) {
-          for (const LayerShape& other : c.layers) {
-            if (other.ring()) {
-              s.window = other.window;
-              s.capacity = other.capacity;
-            }
-          }
-        }
-      }
-      c.layers.push_back(s);
+    testing::RcChoices choices;
+    for (const LayerConfig& layer : testing::MixedLayers(choices)) {
+      c.layers.push_back(LayerShape::Of(layer));
     }
     return c;
   });

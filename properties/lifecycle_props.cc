@@ -37,6 +37,8 @@
 #include "kvspec/core/codec/codec.h"
 #include "kvspec/core/layout.h"
 #include "kvspec/testing/generators.h"
+#include "kvspec/testing/rc_choices.h"
+#include "kvspec/testing/shape_generators.h"
 #include "kvspec/testing/trace_model.h"
 #include "kvspec/runner/runner.h"
 #include "kvspec/trace/values.h"
@@ -50,31 +52,8 @@ using trace::Tag;
 
 rc::Gen<std::vector<LayerConfig>> GenLayers() {
   return rc::gen::exec([] {
-    std::vector<LayerConfig> layers;
-    const int n = *rc::gen::inRange(1, 4);
-    for (int i = 0; i < n; ++i) {
-      LayerConfig c;
-      c.name = "l" + std::to_string(i);
-      const int kind = *rc::gen::inRange(0, 4);
-      c.heads = *rc::gen::inRange(1, 3);
-      c.dim = *rc::gen::inRange(1, 9);
-      if (kind == 1) c.window = *rc::gen::inRange<int32_t>(1, 6);
-      if (kind == 2) {
-        c.kind = CacheKind::kRotating;
-        c.window = *rc::gen::inRange<int32_t>(1, 6);
-        c.capacity = c.window + *rc::gen::inRange<int32_t>(0, 3);
-      }
-      if (kind == 3) {
-        c.kind = CacheKind::kSsm;
-        c.kheads = 1;
-        c.heads = *rc::gen::inRange(1, 3);
-        c.dk = *rc::gen::inRange(1, 6);
-        c.dv = *rc::gen::inRange(1, 5);
-        c.conv = *rc::gen::inRange(1, 4);
-      }
-      layers.push_back(c);
-    }
-    return layers;
+    testing::RcChoices choices;
+    return testing::SmallLayers(choices);
   });
 }
 
@@ -348,11 +327,11 @@ class Driver {
       const int rows = layout.rows();
       const std::vector<int32_t> next = layout.positions();
       if (op <= 2) {
-        ForwardColumns cols = ForwardColumns::Dense(rows, *rc::gen::inRange<int32_t>(1, 6));
-        for (int r = 0; r < rows; ++r) {
-          cols.left[r] = next[r] == 0 ? *rc::gen::inRange<int32_t>(0, cols.columns + 1) : 0;
-          cols.right[r] = *rc::gen::inRange<int32_t>(0, cols.columns - cols.left[r] + 1);
-        }
+        testing::RcChoices choices;
+        const testing::PaddedColumns pads = testing::DrawPaddedColumns(choices, 5, next, true);
+        ForwardColumns cols = ForwardColumns::Dense(rows, pads.columns);
+        cols.left = pads.left;
+        cols.right = pads.right;
         rec.Forward(cols, 0);
         Forward(layout, cols, 0);
       } else if (op == 3) {

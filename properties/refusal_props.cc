@@ -34,6 +34,8 @@
 #include "kvspec/core/layout.h"
 #include "kvspec/testing/fill.h"
 #include "kvspec/testing/generators.h"
+#include "kvspec/testing/rc_choices.h"
+#include "kvspec/testing/shape_generators.h"
 #include "kvspec/testing/target_params.h"
 #include "kvspec/testing/target_scope.h"
 #include "kvspec/testing/trace_model.h"
@@ -46,39 +48,8 @@ namespace {
 // a mask), ssm.
 rc::Gen<std::vector<LayerConfig>> GenLayers() {
   return rc::gen::exec([] {
-    std::vector<LayerConfig> layers;
-    const int count = *rc::gen::inRange(1, 4);
-    for (int l = 0; l < count; ++l) {
-      LayerConfig c;
-      c.name = "l" + std::to_string(l);
-      c.heads = *rc::gen::inRange(1, 3);
-      c.q_heads = c.heads * *rc::gen::inRange(1, 3);
-      c.dim = *rc::gen::inRange(1, 5);
-      const int kind = *rc::gen::inRange(0, 5);
-      if (kind == 4) {
-        c.kind = CacheKind::kSsm;
-        c.q_heads = 0;
-        c.kheads = *rc::gen::inRange(1, 3);
-        c.heads = c.kheads * *rc::gen::inRange(1, 3);
-        c.dk = *rc::gen::inRange(1, 5);
-        c.dv = *rc::gen::inRange(1, 4);
-        c.conv = *rc::gen::inRange(1, 4);
-      } else if (kind >= 2) {
-        c.kind = CacheKind::kRotating;
-        c.window = *rc::gen::inRange<int32_t>(1, 5);
-        c.capacity = c.window + *rc::gen::element<int32_t>(0, 1, 3);
-        for (const LayerConfig& o : layers) {
-          if (o.kind == CacheKind::kRotating && *rc::gen::arbitrary<bool>()) {
-            c.window = o.window;
-            c.capacity = o.capacity;
-          }
-        }
-      } else if (kind == 1) {
-        c.window = *rc::gen::inRange<int32_t>(1, 5);
-      }
-      layers.push_back(c);
-    }
-    return layers;
+    testing::RcChoices choices;
+    return testing::SmallGroupedLayers(choices);
   });
 }
 

@@ -30,6 +30,8 @@
 #include "kvspec/trace/values.h"
 #include "kvspec/properties/regression_writer.h"
 #include "kvspec/testing/generators.h"
+#include "kvspec/testing/rc_choices.h"
+#include "kvspec/testing/shape_generators.h"
 #include "kvspec/testing/trace_model.h"
 
 namespace kvspec {
@@ -227,16 +229,13 @@ class Script {
 
 rc::Gen<Step> GenStep(int rows, const std::vector<int32_t>& real_so_far, bool allow_pads) {
   return rc::gen::exec([=] {
+    testing::RcChoices choices;
+    const std::vector<int32_t> held(real_so_far.begin(), real_so_far.begin() + rows);
+    const testing::PaddedColumns p = testing::DrawPaddedColumns(choices, 6, held, allow_pads);
     Step s;
-    s.columns = *rc::gen::inRange<int32_t>(1, 7);
-    for (int r = 0; r < rows; ++r) {
-      const int32_t left =
-          allow_pads && real_so_far[r] == 0 ? *rc::gen::inRange<int32_t>(0, s.columns + 1) : 0;
-      const int32_t right =
-          allow_pads ? *rc::gen::inRange<int32_t>(0, s.columns - left + 1) : 0;
-      s.left.push_back(left);
-      s.right.push_back(right);
-    }
+    s.columns = p.columns;
+    s.left = p.left;
+    s.right = p.right;
     return s;
   });
 }
