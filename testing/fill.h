@@ -1,6 +1,6 @@
 // Deterministic test inputs: a linear congruential stream of floats in
 // [lo, hi), shared by the tests and properties that build forward inputs
-// from a seed (core/tests/allocation_failure_test.cc, properties/refusal_props.cc).
+// from a seed (core/allocation_failure_test.cc, properties/refusal_props.cc).
 #pragma once
 
 #include <cstddef>

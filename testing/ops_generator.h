@@ -50,7 +50,7 @@ class OpsGenerator {
   struct Shadow {
     std::vector<std::vector<int32_t>> ids;  // [row] ids of the real tokens, by position
     bool written = false;  // a forward ran
-    bool batched = false;  // the caches are the batched kinds (README "Cache kinds")
+    bool batched = false;  // the caches are the batched kinds (docs/trace-runner.md, "Cache kinds")
     bool armed = false;
     bool verified = false;
     std::vector<int32_t> verify_real;

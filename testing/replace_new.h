@@ -9,7 +9,7 @@
 //       the block of a ReplacedAllocate with the same align (p may be null)
 //
 // For the test executables that count or fail allocations
-// (core/tests/allocation_failure_test.cc, layout_alloc_edges_test.cc,
+// (core/allocation_failure_test.cc, core/layout_out_of_memory_test.cc,
 // fuzz/fuzz_codec_decode.cc): a form left to the runtime allocates where the
 // replacement does not count, or frees a block the replacement allocated
 // (ASan: alloc-dealloc-mismatch). Include it in one translation unit of an

@@ -480,7 +480,7 @@ StepResult TraceModel::Filter(const trace::FilterOp& st) {
 
 // `extract R as NAME`: NAME is a new one-row layout that behaves as a
 // single-row cache fed only row R's tokens (precise rule 1): no pads, its
-// peak is its token count (README: an extracted ring row is trimmable
+// peak is its token count (docs/trace-runner.md: an extracted ring row is trimmable
 // exactly like a fresh single-row ring), no round, no last forward. The
 // current layout does not change.
 StepResult TraceModel::Extract(const trace::ExtractOp& st) {

@@ -16,7 +16,7 @@
 // Coverage: `kv`, `rotating` and `ssm` layers (a ring sees what a kv layer
 // of its window sees; its capacity only decides when it wraps and stops
 // being trimmable), every operation, and every expectation but `expect out`.
-// Where TRACE.md leaves room the model follows the project's README (kinds
+// Where TRACE.md leaves room the model follows docs/trace-runner.md (kinds
 // after join, filter and extract; an extracted ring row).
 //
 // Recurrent layers: the model cannot compute fp32 states, but it knows when
@@ -118,7 +118,7 @@ class TraceModel {
   // isTrimmable() of layer l: a kv layer always, a ring until it wrapped,
   // an ssm layer never.
   bool Trimmable(int layer) const;
-  // The kind string of layer l's cache (README "Cache kinds").
+  // The kind string of layer l's cache (docs/trace-runner.md, "Cache kinds").
   std::string KindString(int layer) const;
   bool armed() const;
   bool verified() const;                    // the round's verify forward ran
@@ -177,7 +177,7 @@ class TraceModel {
     // written).
     int64_t peak = 0;
     int64_t peak_before_forward = 0;
-    // Whether the caches are the batched kinds (README "Cache kinds": built
+    // Whether the caches are the batched kinds (docs/trace-runner.md, "Cache kinds": built
     // batched for more than one row; a join gives the batched kinds, a
     // filter keeps them, an extract gives the single-row kinds).
     bool batched = false;
