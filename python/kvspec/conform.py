@@ -275,8 +275,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("no trace files given")
     try:
         adapter = open_adapter(args.adapter, args.adapter_command, settings, args.adapter_timeout)
-    except (AdapterFailure, adapters.EngineNotFound, ImportError, AttributeError,
-            ValueError) as e:
+    except AdapterFailure as e:  # names the command
+        parser.exit(2, "%s: error: %s\n" % (parser.prog, e))
+    except (adapters.EngineNotFound, ImportError, AttributeError, ValueError) as e:
         # no trace has run: the adapter cannot be had as asked
         parser.exit(2, "%s: error: adapter %s: %s\n" % (
             parser.prog, args.adapter or repr(args.adapter_command), e))

@@ -43,6 +43,14 @@ class AdapterFailure(RuntimeError):
     order or not in the protocol, or answered an error of type failure."""
 
 
+class EngineError(AdapterFailure):
+    """An error answer of type failure: the engine's own message."""
+
+    def __init__(self, engine: str, message: str) -> None:
+        super().__init__("%s: %s" % (engine, message))
+        self.message = message
+
+
 class ProcessHandle:
     """A layout of the engine process: the engine's handle string and the
     process (generation) it belongs to."""
@@ -139,13 +147,12 @@ class ProcessAdapter(Adapter):
         try:
             answer = self._exchange("hello", {"protocol": PROTOCOL, "settings": self.settings},
                                     max(self.timeout, HELLO_TIMEOUT))
-        except (Refused, NotApplicable, AdapterFailure) as e:
+        except (Refused, NotApplicable, EngineError) as e:
             if self.proc is not None:
                 _kill(self.proc)
                 self.proc = None
-            if isinstance(e, AdapterFailure) and str(e).startswith("`"):
-                raise
-            raise AdapterFailure("`%s` refused hello: %s" % (self.command, e))
+            raise AdapterFailure("`%s` refused hello: %s" % (
+                self.command, e.message if isinstance(e, EngineError) else e))
         if answer.get("protocol") != PROTOCOL:
             self._fail("answered hello with protocol %r, not %d" % (answer.get("protocol"),
                                                                    PROTOCOL))
@@ -239,7 +246,7 @@ class ProcessAdapter(Adapter):
             if kind == "not_applicable":
                 raise NotApplicable(message or "not applicable")
             if kind == "failure":
-                raise AdapterFailure("%s: %s" % (self.name, message))
+                raise EngineError(self.name, message)
             self._fail("answered an error of unknown type: %s" % _cut(text), method)
         result = answer["result"]
         if not isinstance(result, dict):
