@@ -2,11 +2,17 @@
 
     kvspec-conform --adapter MODULE[:CLASS] [--json] FILE...
     python3 -m kvspec.conform --adapter MODULE[:CLASS] [--json] FILE...
+    python3 -m kvspec.conform --adapter-command 'CMD ARGS' [--setting KEY=VALUE]... FILE...
 
 ``MODULE`` alone means ``MODULE:Adapter`` (kvspec.adapter explains the
 protocol); a bare name of an adapter shipped with kvspec (``reference``,
 ``numpy_cache``, ``naive_ring``, ``llama_cpp``) means the module
-``kvspec.adapters.NAME``. FILE is a trace (``.trace``, parsed by kvspec's own parser; needs
+``kvspec.adapters.NAME``, and ``onnxruntime`` its engine process.
+``--adapter-command`` runs any process that speaks the adapter protocol
+(docs/adapter-protocol.md, kvspec.process); ``--setting`` options go to
+every adapter alike (``Adapter.configure``, or the protocol's hello). An
+adapter that cannot be had (not installed, an unknown setting, a process
+that fails its hello) stops the run before any trace, exit status 2. FILE is a trace (``.trace``, parsed by kvspec's own parser; needs
 the compiled module) or its emitted form (``.json``, corpus/emitted/).
 
 For every statement the runner checks the trace's own expectations. When
