@@ -9,10 +9,12 @@ every observable is compared after every step exactly as
 ``kvspec.conform`` does for trace files. An operation both sides refuse is
 fine (it is recorded as ``expect error OP`` and must change nothing).
 
-A failure shrinks to a minimal program, which is printed as a trace file
-that reproduces it with ``python3 -m kvspec.conform --adapter ... FILE``;
-Hypothesis keeps it in its example database (``.hypothesis/`` in the
-working directory by default), so it is replayed first next time.
+Every distinct failure Hypothesis finds (an adapter's exception included)
+shrinks to a minimal program, which is listed and written as a trace file
+that reproduces it with ``python3 -m kvspec.conform --adapter ... FILE``
+(kvspec.findings); the run ends with its summary line, never a traceback;
+Hypothesis keeps them in its example database (``.hypothesis/`` in the
+working directory by default), so they are replayed first next time.
 
 From the command line::
 

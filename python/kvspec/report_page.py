@@ -133,7 +133,8 @@ def render(engines: Sequence[Engine], root: str, out_dir: str,
     for e in engines:
         counts = {s: sum(v.status == s for v in e.verdicts.values())
                   for s in ("pass", "fail", "not applicable", "crash")}
-        totals.append("<li class='engine-total'>%s: %d passed, %d failed, %d not applicable%s</li>" % (
+        totals.append("<li class='engine-total'>%s: %d passed, %d failed, %d not applicable"
+                      "%s</li>" % (
             h(e.name), counts["pass"], counts["fail"] + counts["crash"], counts["not applicable"],
             " (%d crashed)" % counts["crash"] if counts["crash"] else ""))
     out.append("<ul>%s</ul>" % "".join(totals))

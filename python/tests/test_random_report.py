@@ -118,7 +118,8 @@ def test_adapter_error_is_listed_in_process(tmp_path: Path) -> None:
     listed = _listed(out.getvalue())
     assert failed == len(listed) == 1
     assert listed[0][1].endswith("RuntimeError: planted: extract broken")
-    assert SUMMARY.match(out.getvalue().splitlines()[-1]).group(2) == "1"  # type: ignore[union-attr]
+    m = SUMMARY.match(out.getvalue().splitlines()[-1])
+    assert m and m.group(2) == "1"
     assert conform.run(BrokenExtract, [listed[0][0]], out=io.StringIO())[0].status == "fail"
 
 
