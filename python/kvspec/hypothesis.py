@@ -27,10 +27,9 @@ From pytest::
 """
 
 import os
-import re
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple, Type, cast
+from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple, Type, cast
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, assume, settings

@@ -13,7 +13,7 @@ from typing import Any, List, Tuple
 from kvspec import conform
 from kvspec import hypothesis as khyp
 from kvspec.adapters.reference import Adapter as Reference
-from kvspec.errors import NotApplicable, Refused
+from kvspec.errors import NotApplicable
 from conftest import BUILD_DIR
 
 SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed, (\d+) not applicable$")
