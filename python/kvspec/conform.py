@@ -26,7 +26,8 @@ the traces' own expectations alone and says so.
 
 Output: one line per trace (``pass FILE``, ``fail FILE:LINE: ...`` or
 ``not applicable FILE: reason``), then ``N passed, N failed, N not
-applicable``. ``--json`` prints the same as one JSON document. Exit status
+applicable``. ``--json`` prints the same as one JSON document; ``--html
+DIR`` also writes it as a page (kvspec.report_page). Exit status
 0 when nothing failed, 1 otherwise, 2 for bad usage.
 """
 
@@ -243,6 +244,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--no-compare", action="store_true",
                         help="check the traces' own expectations only, even with the module")
     parser.add_argument("files", nargs="*", help=".trace or emitted .json files")
+    parser.add_argument("--html", metavar="DIR",
+                        help="also write the verdicts as a page, DIR/index.html "
+                        "(kvspec.report_page: several engines' saved --json reports side by side)")
     parser.add_argument("--random", type=int, metavar="N",
                         help="run N random programs (kvspec.hypothesis) instead of files")
     parser.add_argument("--seed", type=int, default=0)
@@ -304,7 +308,8 @@ def _main_run(parser: argparse.ArgumentParser, args: argparse.Namespace,
         bad = [k for k in kinds if k not in ("kv", "rotating", "ssm", "kv-full")]
         if bad:
             parser.error("--kinds: unknown kind %s" % ", ".join(bad))
-        hyp.SETTINGS = dict(getattr(adapter, "settings", {}) or {})
+        from . import findings
+        findings.SETTINGS = dict(getattr(adapter, "settings", {}) or {})
         failed = hyp.run_random(adapter, args.random, args.seed, args.max_steps,
                                 failure_dir=args.out, lenient=args.lenient_refusals,
                                 kinds=kinds, keep_going=args.keep_going,
@@ -313,6 +318,12 @@ def _main_run(parser: argparse.ArgumentParser, args: argparse.Namespace,
         return 1 if failed else 0
     results = run(adapter, args.files, compare=not args.no_compare, as_json=args.json,
                   lenient=args.lenient_refusals)
+    if args.html:
+        from . import report_page
+        page = report_page.write_page(args.html, [report_page.Engine(
+            args.adapter, [report_page.Verdict(r.file, r.status, r.line, r.message)
+                           for r in results])])
+        print("# verdict page: %s" % page, file=sys.stderr)
     return 1 if any(r.status == "fail" for r in results) else 0
 
 

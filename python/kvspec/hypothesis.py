@@ -9,10 +9,12 @@ every observable is compared after every step exactly as
 ``kvspec.conform`` does for trace files. An operation both sides refuse is
 fine (it is recorded as ``expect error OP`` and must change nothing).
 
-A failure shrinks to a minimal program, which is printed as a trace file
-that reproduces it with ``python3 -m kvspec.conform --adapter ... FILE``;
-Hypothesis keeps it in its example database (``.hypothesis/`` in the
-working directory by default), so it is replayed first next time.
+Every distinct failure Hypothesis finds (an adapter's exception included)
+shrinks to a minimal program, which is listed and written as a trace file
+that reproduces it with ``python3 -m kvspec.conform --adapter ... FILE``
+(kvspec.findings); the run ends with its summary line, never a traceback;
+Hypothesis keeps them in its example database (``.hypothesis/`` in the
+working directory by default), so they are replayed first next time.
 
 From the command line::
 
@@ -25,19 +27,21 @@ From pytest::
 """
 
 import os
-import re
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple, Type, cast
+from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple, Type, cast
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, assume, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.errors import Unsatisfiable
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, \
     run_state_machine_as_test
 
 from .conform import AdapterSpec, load_adapter
 from .errors import NotApplicable
+from .findings import KNOWN as KNOWN, FoundFailure, KnownClass as KnownClass, \
+    classify as classify, collect, error_text, signature as signature, _slug
 from .lockstep import Failure, Lockstep
 from .program import Program, Statement
 
@@ -116,6 +120,7 @@ def machine(adapter: AdapterSpec, kinds: Sequence[str] = ("kv", "rotating"),
             self.header: Optional[Header] = None
             self.failed = False
             self.dead = False  # keep_going: a counted failure, the rest does nothing
+            self.inapplicable = False  # counted as not applicable, not as passed
             if not Machine.found:
                 Machine.examples += 1
             Machine.tick()
@@ -174,10 +179,7 @@ def machine(adapter: AdapterSpec, kinds: Sequence[str] = ("kv", "rotating"),
                                           "after the refusal (%s) got %s" % (refusal, diff))
                 except (Failure, NotApplicable):
                     raise
-                except Exception as e:
-                    if not keep_going:
-                        raise
-                    # an adapter error is a failure of the example too
+                except Exception as e:  # an adapter error is a failure of the example too
                     raise Failure(stmt.line, "%s: %s" % (type(e).__name__, e))
             except Failure as e:
                 if e.reference_refused:
@@ -188,6 +190,7 @@ def machine(adapter: AdapterSpec, kinds: Sequence[str] = ("kv", "rotating"),
             except NotApplicable:
                 if not Machine.found:
                     Machine.not_applicable += 1
+                self.inapplicable = True
                 assume(False)
 
         def fail(self, d, line, message):
@@ -216,7 +219,7 @@ def machine(adapter: AdapterSpec, kinds: Sequence[str] = ("kv", "rotating"),
             if not Machine.found:
                 Machine.shrink_start = time.monotonic()
             Machine.found = True
-            raise AssertionError("line %d: %s\n%s" % (line, message, text))
+            raise FoundFailure(text, line, message, sig)
 
         def rows(self):
             if self.run is None:  # an example cut by the shrink time limit
@@ -247,12 +250,11 @@ def machine(adapter: AdapterSpec, kinds: Sequence[str] = ("kv", "rotating"),
             except NotApplicable:
                 if not Machine.found:
                     Machine.not_applicable += 1
+                self.inapplicable = True
                 assume(False)
             except Failure as e:
                 self.fail({"op": "header"}, e.line, e.message)
             except Exception as e:
-                if not keep_going:
-                    raise
                 self.fail({"op": "header"}, self.p_line(), "%s: %s" % (type(e).__name__, e))
 
         @rule(data=st.data())
@@ -343,103 +345,19 @@ def machine(adapter: AdapterSpec, kinds: Sequence[str] = ("kv", "rotating"),
             except NotApplicable:
                 raise
             except Exception:
-                if not keep_going:
-                    raise
                 verdicts = [None, "an adapter error"]  # step() reports it as a failure
             if bool(verdicts[0]) != bool(verdicts[1]):
                 self.step({"op": "expect equal", "name": name})  # fails with the details
 
         def teardown(self):
-            if self.run is not None and not self.failed and not Machine.found:
+            if self.run is not None and not self.failed and not self.inapplicable \
+                    and not Machine.found:
                 Machine.passed += 1
 
     Machine.TestCase.settings = settings(max_examples=100, stateful_step_count=20,
                                          deadline=None,
                                          suppress_health_check=list(HealthCheck))
     return Machine
-
-
-def _strip_parens(text):
-    """text without its parenthesized parts (innermost first)."""
-    while True:
-        t = re.sub(r"\s*\([^()]*\)", "", text)
-        if t == text:
-            return t
-        text = t
-
-
-def signature(statement: Dict[str, Any], message: str) -> str:
-    """The stable class of a failure: the failing statement's kind (``expect
-    error`` with its inner statement) and the message with every number,
-    list, layout name and parenthesized detail taken out, e.g. ``trim |
-    differs from the reference: positions expected N got N``."""
-    op = statement.get("op", "?")
-    if op == "expect error":
-        op = "expect error " + statement.get("inner", {}).get("op", "?")
-    m = _strip_parens(message)
-    m = re.sub(r"\[[^\]]*\]", "N", m)                   # lists: [1, 2], ['a']
-    m = re.sub(r"\b(equal|named) '?\w+'?", r"\1 NAME", m)  # layout names
-    m = re.sub(r"\b([lrp])\d+\b", r"\1N", m)              # layers, rows, positions
-    m = re.sub(r"[-\d][-\d:,./e]*", "N", m)                # numbers, items 3:104, 5,5
-    m = re.sub(r"N(\s+N)+", "N", m)                       # runs of items
-    m = re.sub(r"\s+", " ", m).strip()
-    return "%s | %s" % (op, m)
-
-
-#: A known failure class: (name, test(shrunk trace text, message)).
-KnownClass = Tuple[str, Callable[[str, str], bool]]
-
-
-# Known failure classes of the llama.cpp adapter (docs/engines/llama.cpp.md),
-# matched on the shrunk trace: (class, test(trace text, message)). A match is
-# a hint for the report, not a proof: every new shrunk trace is checked by
-# hand.
-def _has(text, *words):
-    return any(re.search(r"(^|\n)\s*(expect error )?%s\b" % w, text) for w in words)
-
-
-def _windowed(text):
-    return re.search(r"rotating|window=[1-9]", text) is not None
-
-
-#: The run's engine settings (--setting), which some known classes depend on.
-SETTINGS: Dict[str, Any] = {}
-
-
-def _settings():
-    return ",".join("%s=%s" % kv for kv in sorted(SETTINGS.items()))
-
-
-KNOWN: List[KnownClass] = [
-    # a state copy: fork / extract / filter / join / reload, or the lenient
-    # undo of a missing refusal (an `expect error` the engine accepted)
-    ("L1 SWA state copy is lossy", lambda t, m: _windowed(t) and "seq_cp=1" not in _settings()
-        and _has(t, "fork", "extract", "filter", "join", "reload", "expect error") and (
-        "sees" in m or "positions expected" in m or "probe decode" in m)),
-    ("L2 window 1: a masked last cell is taken", lambda t, m: "seq_cp=1" in _settings() and
-        re.search(r"window=1\b", t) is not None and "positions expected" in m),
-    ("L1 SWA state copy is lossy (reload)", lambda t, m: _windowed(t) and _has(t, "reload") and (
-        "sees" in m or "positions expected" in m or "probe decode" in m)),
-    ("B2 recurrent rollback restored wrongly", lambda t, m: " ssm" in t and _has(
-        t, "accept", "trim") and "llama_state_seq_get_data differs" in m),
-    ("D6 rollback bounded by n_rs_seq", lambda t, m: " ssm" in t and
-        "to be accepted got refused" in m and "n_rs_seq" in m),
-    ("D8 state not portable between contexts (kv_unified=0)", lambda t, m:
-        "n_stream" in m or "set_data refused" in m or "llama_state_seq_set_data refused" in m),
-]
-
-
-def classify(text: str, message: str, known: Optional[Sequence[KnownClass]] = None) -> str:
-    """The known class a shrunk failure matches (see KNOWN), or "new"."""
-    for name, test in (KNOWN if known is None else known):
-        if test(text, message):
-            return name
-    return "new"
-
-
-def _slug(sig):
-    s = re.sub(r"[^a-z0-9]+", "-", sig.lower()).strip("-")
-    return s[:60].strip("-") or "failure"
 
 
 def run_random(adapter: AdapterSpec, examples: int, seed: int = 0, max_steps: int = 20,
@@ -450,8 +368,9 @@ def run_random(adapter: AdapterSpec, examples: int, seed: int = 0, max_steps: in
                time_budget: Optional[float] = None,
                shrink_seconds: Optional[float] = None) -> int:
     """Runs ``examples`` random programs of at most ``max_steps`` statements.
-    Prints progress, the shrunk failing trace (also written to a file) and
-    the closing line; returns the number of failures (0 or 1).
+    Prints progress, every distinct failure Hypothesis found, shrunk (each
+    also written to a file in ``failure_dir``), and the closing line;
+    returns the number of failures listed.
 
     keep_going: a failure does not end the run. Its example is shrunk (to a
     program failing with the same :func:`signature`), the shrunk trace is
@@ -474,7 +393,7 @@ def run_random(adapter: AdapterSpec, examples: int, seed: int = 0, max_steps: in
     db_path = database or os.path.join(os.getcwd(), ".hypothesis", "examples")
     failure_dir = failure_dir or os.getcwd()
     start = time.monotonic()
-    failed = 0
+    error: Optional[Exception] = None
     try:
         from hypothesis import seed as hseed
         test = hseed(seed)(lambda: run_state_machine_as_test(M, settings=settings(
@@ -482,22 +401,37 @@ def run_random(adapter: AdapterSpec, examples: int, seed: int = 0, max_steps: in
             database=DirectoryBasedExampleDatabase(db_path), derandomize=False,
             suppress_health_check=list(HealthCheck), print_blob=False)))
         test()
-    except AssertionError:
-        failed = 1
+    except Exception as e:  # one failure, a group of distinct ones, or another error
+        error = e
+    found, other = collect(error) if error is not None else ([], [])
+    unsatisfiable = [e for e in other if isinstance(e, Unsatisfiable)]
+    other = [e for e in other if not isinstance(e, Unsatisfiable)]
+    failed = len(found) + len(other)
     elapsed = time.monotonic() - start
-    passed = M.passed
     print("# %d examples in %.1f s (seed %d, at most %d steps)%s" % (
         M.examples, elapsed, seed, max_steps, ", then shrinking" if failed else ""), file=out)
-    if failed and Recorder.last_failure:
-        text, message = Recorder.last_failure
-        path = os.path.join(failure_dir, "kvspec-random-%d.trace" % seed)
-        with open(path, "w") as f:
+    if unsatisfiable and not M.passed:
+        print("# no example was applicable to the adapter", file=out)
+    # Every failure Hypothesis found, shrunk, is written and listed; the
+    # first one keeps the name kvspec-random-SEED.trace.
+    for i, f in enumerate(found):
+        name = "kvspec-random-%d%s.trace" % (seed, "-%d" % (i + 1) if i else "")
+        path = os.path.join(failure_dir, name)
+        with open(path, "w") as fh:
             # The note goes last: the trace's line numbers are the report's.
-            f.write(text)
-            f.write("# found by kvspec.hypothesis (seed %d): %s\n" % (seed, message))
-        print("fail %s: %s" % (path, message), file=out)
-        print(text, end="", file=out)
-    print("%d passed, %d failed, %d not applicable" % (passed, failed, M.not_applicable),
+            fh.write(f.text)
+            fh.write("# found by kvspec.hypothesis (seed %d): %s\n" % (seed, f.report))
+        print("fail %s: %s" % (path, f.report), file=out)
+        print(f.text, end="", file=out)
+    for err in other:
+        # not an example's failure (e.g. Hypothesis' Flaky: a failure that
+        # did not repeat); the last failing program run, when there is one
+        print("fail <random seed %d>: %s" % (seed, error_text(err)), file=out)
+        if Recorder.last_failure and not found:
+            text, message = Recorder.last_failure
+            print("# the last failing program (%s):" % message, file=out)
+            print(text, end="", file=out)
+    print("%d passed, %d failed, %d not applicable" % (M.passed, failed, M.not_applicable),
           file=out)
     return failed
 
@@ -518,6 +452,7 @@ def _run_keep_going(adapter: AdapterSpec, examples: int, seed: int, max_steps: i
     M.out, M.progress, M.start, M.last_tick = out, progress, time.monotonic(), time.monotonic()
     M.shrink_limit = shrink_seconds or 0
     shrunk: List[Tuple[Optional[str], str, str, str]] = []  # (signature, class, path, message)
+    errors: List[str] = []  # errors that are not an example's failure
     segment = 0
     stopped = False
     while M.examples_before < examples:
@@ -535,15 +470,28 @@ def _run_keep_going(adapter: AdapterSpec, examples: int, seed: int, max_steps: i
             derandomize=False, suppress_health_check=list(HealthCheck), print_blob=False,
             phases=[Phase.generate, Phase.shrink])))
         failed = False
+        error: Optional[Exception] = None
         try:
             test()
-        except Exception:  # AssertionError, or Hypothesis's Flaky on a non-repeatable one
-            if Recorder.last_failure is None:
-                raise
-            failed = True
+        except Exception as e:  # the failure, or Hypothesis's Flaky on a non-repeatable one
+            error = e
+        found, other = collect(error) if error is not None else ([], [])
+        other = [e for e in other if not isinstance(e, Unsatisfiable)]
+        # the shrunk failure of the class being shrunk (the first when it was
+        # raised from several places), else the last failing program run
+        mine = [f for f in found if f.signature == M.target] or found
+        if mine:
+            Recorder.last_failure = (mine[0].text, mine[0].report)
+        failed = bool(found or other)
         M.examples_before += M.examples
         M.passed_before += M.passed
         segment += 1
+        if failed and Recorder.last_failure is None:
+            # not an example's failure: listed and counted, and the run stops
+            errors.append(error_text(other[0]))
+            print("fail <random seed %d, segment %d>: %s" % (seed, segment - 1, errors[-1]),
+                  file=out, flush=True)
+            break
         if not failed:
             # Hypothesis ran ``left`` valid examples, or found no more to run
             if M.examples == 0:
@@ -563,7 +511,7 @@ def _run_keep_going(adapter: AdapterSpec, examples: int, seed: int, max_steps: i
         print("fail %s: %s [%s]" % (path, message, cls), file=out, flush=True)
         print(text, end="", file=out, flush=True)
     elapsed = time.monotonic() - M.start
-    nfail = sum(M.failures.values())
+    nfail = sum(M.failures.values()) + len(errors)
     print("# %d examples in %.1f s (seed %d, at most %d steps, keep going%s)" % (
         M.examples_before, elapsed, seed, max_steps,
         ", stopped by the time budget of %g s before %d examples" % (
