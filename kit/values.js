@@ -1,0 +1,65 @@
+// Token contents of TRACE.md "Values": the exact fp32 inputs every
+// implementation writes for token (layer, id, pos), and the attention output.
+const MASK = (1n << 64n) - 1n;
+const GOLDEN = 0x9e3779b97f4a7c15n;
+
+/** The splitmix64 finaliser TRACE.md calls mix(), on BigInt. */
+export function mix(z) {
+  z &= MASK;
+  z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & MASK;
+  z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & MASK;
+  return z ^ (z >> 31n);
+}
+
+/** The seed of token (layer, id, pos)'s stream. */
+export function tokenSeed(layer, id, pos) {
+  return mix(mix(mix(BigInt(layer)) ^ BigInt(id)) ^ BigInt(pos));
+}
+
+/** The seed of layer's weight stream. */
+export function weightSeed(layer) {
+  return mix(mix(BigInt(layer)) ^ MASK);
+}
+
+/** Draws start+1 .. start+count of the stream `seed`, as floats in [-1, 1). */
+export function stream(seed, count, start = 0) {
+  const out = new Float32Array(count);
+  for (let i = 0; i < count; i++) {
+    const u = mix((seed + BigInt(start + i + 1) * GOLDEN) & MASK);
+    out[i] = Number(u >> 40n) * (1 / 16777216) * 2 - 1;
+  }
+  return out;
+}
+
+/** {q: [qheads*dim], k: [heads*dim], v: [heads*dim]} of an attention token. */
+export function attentionToken(layer, id, pos, heads, qheads, dim) {
+  const nq = qheads * dim;
+  const n = heads * dim;
+  const d = stream(tokenSeed(layer, id, pos), nq + 2 * n);
+  return { q: d.subarray(0, nq), k: d.subarray(nq, nq + n), v: d.subarray(nq + n) };
+}
+
+/**
+ * softmax((q . k) / sqrt(dim)) v per query head (float64), over the visible
+ * tokens' keys and values; zeros when nothing is seen.
+ */
+export function attend(q, keys, values, heads, qheads, dim) {
+  const out = new Float64Array(qheads * dim);
+  if (keys.length === 0) return out;
+  const group = qheads / heads;
+  for (let hq = 0; hq < qheads; hq++) {
+    const h = Math.floor(hq / group);
+    const s = keys.map((k) => {
+      let dot = 0;
+      for (let i = 0; i < dim; i++) dot += q[hq * dim + i] * k[h * dim + i];
+      return dot / Math.sqrt(dim);
+    });
+    const top = Math.max(...s);
+    const w = s.map((x) => Math.exp(x - top));
+    const sum = w.reduce((a, b) => a + b, 0);
+    for (let j = 0; j < keys.length; j++) {
+      for (let i = 0; i < dim; i++) out[hq * dim + i] += (w[j] / sum) * values[j][h * dim + i];
+    }
+  }
+  return out;
+}
