@@ -23,6 +23,7 @@ class Adapter(Base):
                                      stdout=subprocess.PIPE, text=True)
         self.id = 0
         settings = dict(kv.split("=", 1) for kv in os.environ.get("KVSPEC_ORT_SETTINGS", "").split(",") if kv)
+        self.id = -1
         self.call("hello", protocol=1, settings=settings)
 
     def call(self, method, **params):
@@ -44,45 +45,45 @@ class Adapter(Base):
         return a["result"]
 
     def create(self, rows, layers):
-        return self.call("create", rows=rows, layers=[l.as_dict() for l in layers])["cache"]
+        return self.call("create", rows=rows, layers=[l.as_dict() for l in layers])["handle"]
 
     def forward(self, cache, columns, ids, positions, left, right, decode):
         r = self.call("forward", cache=cache, columns=columns, ids=ids, positions=positions, left=left,
                       right=right, decode=decode)
-        seen = {(l, row, p): [tuple(i) if isinstance(i, list) else i for i in items]
-                for l, row, p, items in r["seen"]}
-        out = {(l, row, p): v for l, row, p, v in r["out"]}
+        seen = {(s["layer"], s["row"], s["pos"]): [tuple(i) if isinstance(i, list) else i for i in s["items"]]
+                for s in r["seen"]}
+        out = {(o["layer"], o["row"], o["pos"]): o["values"] for o in r["out"] or []}
         return ForwardResult(seen, out)
 
     def trim(self, cache, n, bypass):
-        self.call("trim", cache=cache, n=n, bypass=bypass)
+        return self.call("trim", cache=cache, n=n, bypass=bypass)["handle"]
 
     def arm(self, cache):
-        self.call("arm", cache=cache)
+        return self.call("arm", cache=cache)["handle"]
 
     def accept(self, cache, keep):
-        self.call("accept", cache=cache, keep=keep)
+        return self.call("accept", cache=cache, keep=keep)["handle"]
 
     def fork(self, cache):
-        return self.call("fork", cache=cache)["cache"]
+        return self.call("fork", cache=cache)["handle"]
 
     def filter(self, cache, rows):
-        self.call("filter", cache=cache, rows=rows)
+        return self.call("filter", cache=cache, rows=rows)["handle"]
 
     def join(self, cache, other):
-        self.call("join", cache=cache, other=other)
+        return self.call("join", cache=cache, other=other)["handle"]
 
     def extract(self, cache, row):
-        return self.call("extract", cache=cache, row=row)["cache"]
+        return self.call("extract", cache=cache, row=row)["handle"]
 
     def save(self, cache):
         return base64.b64decode(self.call("save", cache=cache)["data"])
 
     def load(self, data, like):
-        return self.call("load", data=base64.b64encode(data).decode(), like=like)["cache"]
+        return self.call("load", data=base64.b64encode(data).decode(), like=like)["handle"]
 
     def reload(self, cache):
-        return self.call("reload", cache=cache)["cache"]
+        return self.call("reload", cache=cache)["handle"]
 
     def positions(self, cache):
         return self.call("positions", cache=cache)["positions"]
