@@ -5,7 +5,7 @@
 // absolute length the op is told: its only lever), ssm rollback restores the
 // states snapshotted at arm and replays the kept tokens through the ops.
 import v8 from "node:v8";
-import { Cache, cloneCache, forwardLayers, ssmForward, widenProbe, Refused, NotApplicable } from "./engine.mjs";
+import { Cache, cloneCache, forwardLayers, ssmForward, widenProbe, heldTags, Refused, NotApplicable } from "./engine.mjs";
 
 const MAX_TOKENS_PER_ROW = 1000000;
 const hasSsm = (c) => c.specs.some((s) => s.kind === "ssm");
@@ -166,6 +166,15 @@ export function difference(a, b) {
       }
       let keep = a.next[r];
       if (s.kind === "rotating") keep = Math.min(keep, s.window - 1);
+      if (a.settings.buffer === "ring" && s.window > 0) {
+        // The op keeps the resident tokens where its own rule puts them: compare
+        // the tokens at the positions a next query can still see, by tag.
+        const lo = a.next[r] - Math.min(keep, s.window - 1);
+        const inRange = (set) => [...set].filter((t) => { const p = +t.split(":")[0]; return p >= lo && p < a.next[r]; }).sort().join(" ");
+        const ta = inRange(heldTags(a.layers[li], x, s.heads)), tb = inRange(heldTags(b.layers[li], y, s.heads));
+        if (ta !== tb) return `layer ${s.name} row ${r}: holds ${ta || "nothing"} vs ${tb || "nothing"}`;
+        continue;
+      }
       const Dp = Math.max(8, Math.ceil(s.dim / 8) * 8);
       if (!same(slots(x, s.heads, keep, Dp, false), slots(y, s.heads, keep, Dp, false))) return `layer ${s.name} row ${r}: stored tokens differ`;
     }

@@ -173,6 +173,17 @@ export function widenProbe(layer, H, DL) {
   layer.dl = DL;
 }
 
+// The (pos, id) tags a row's probe buffer holds anywhere (label columns set
+// in any slot of kv head 0): what a ring buffer holds, without knowing where.
+export function heldTags(layer, row, H) {
+  const out = new Set();
+  if (!row.pv) return out;
+  const DL = layer.dl, cap = row.pv.length / (H * DL);
+  for (let s = 0; s < cap; s++) for (let l = 1; l < DL; l++)
+    if (row.pv[s * DL + l] !== 0 && l - 1 < tags.length) out.add(tags[l - 1].join(":"));
+  return out;
+}
+
 function decodeSeen(o) {
   // o: probe output of one query head, weights 1/n on each attended slot.
   let min = Infinity, sum = 0;
