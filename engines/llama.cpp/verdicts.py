@@ -3,8 +3,8 @@
 checked-in file, so that a change on either side (the corpus, kvspec's core,
 the adapter, the pinned llama.cpp) shows.
 
-    verdicts.py --repo DIR [--settings S] --check FILE   # the ctest (label engine)
-    verdicts.py --repo DIR [--settings S] --write FILE   # regenerate FILE
+    verdicts.py --repo DIR [--setting KEY=VALUE]... --check FILE   # the ctest (label engine)
+    verdicts.py --repo DIR [--setting KEY=VALUE]... --write FILE   # regenerate FILE
 
 Needs kvspec's compiled module on PYTHONPATH (the runner compares with
 kvspec's core). Each trace's verdict is `pass FILE`, `fail FILE:LINE` or
@@ -48,11 +48,13 @@ def verdict(line):
     return None
 
 
-def run(repo, files, env, messages, lenient=False):
+def run(repo, files, env, messages, lenient=False, settings=()):
     """Verdicts (file -> text) for files, restarting after a crash."""
     out = {}
     todo = list(files)
     flags = ["--lenient-refusals"] if lenient else []
+    for s in settings:
+        flags += ["--setting", s]
     while todo:
         p = subprocess.run([sys.executable, "-m", "kvspec.conform", "--adapter", ADAPTER] + flags +
                            todo,
@@ -82,7 +84,8 @@ def run(repo, files, env, messages, lenient=False):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repo", required=True)
-    ap.add_argument("--settings", default="")
+    ap.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
+                    help="a llama.cpp setting (the runner's --setting), repeatable")
     ap.add_argument("--check")
     ap.add_argument("--write")
     ap.add_argument("--messages", action="store_true", help="print the runner's lines")
@@ -90,8 +93,8 @@ def main():
                     help="the runner's --lenient-refusals: missing refusals are undone and "
                     "counted, the trace goes on")
     args = ap.parse_args()
+    args.settings = ",".join(args.setting)  # as the verdict files name them
     env = dict(os.environ)
-    env["KVSPEC_LLAMA_SETTINGS"] = args.settings
     env.setdefault("KVSPEC_LLAMA_CPP_DIR", os.path.join(os.path.abspath(args.repo), "engines",
                                                         "llama.cpp"))
     # llama.cpp must be there: a missing engine fails, it is never skipped.
@@ -107,7 +110,7 @@ def main():
         return 1
     files = corpus(args.repo)
     messages = {}
-    got = run(args.repo, files, env, messages, args.lenient)
+    got = run(args.repo, files, env, messages, args.lenient, args.setting)
     lines = [got[f] for f in files]
     if args.messages:
         for f in files:
@@ -139,7 +142,8 @@ def main():
     for l in sorted(gs - ws):
         f = l.split(" ")[-1].split(":")[0]
         print("  got:      %s" % messages.get(f, l))
-    print("regenerate with: %s --write %s" % (" ".join(sys.argv[:3]), args.check))
+    print("regenerate with: %s --write %s" % (" ".join(sys.argv[:3] + [
+        "--setting " + x for x in args.setting]), args.check))
     print("%d passed, %d failed" % (len(ws & gs), len(gs - ws)))
     return 1
 

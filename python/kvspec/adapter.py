@@ -83,6 +83,16 @@ class Adapter:
     #: ``expect equal`` are always compared.
     unobserved: FrozenSet[str] = frozenset()
 
+    def configure(self, settings: Mapping[str, str]) -> Dict[str, str]:
+        """The runner's ``--setting KEY=VALUE`` options (values are strings),
+        given once before any other call. Returns the settings in effect
+        (defaults included, for reports); raises ValueError for an unknown
+        key or a bad value. This default takes no settings."""
+        if settings:
+            raise ValueError("%s takes no settings (got %s)" % (
+                self.name, ", ".join(sorted(settings))))
+        return {}
+
     # -- construction -------------------------------------------------------
     def create(self, rows: int, layers: List[Layer]) -> Handle:
         """A new layout of ``rows`` batch rows with these layers (the trace

@@ -2,11 +2,17 @@
 
     kvspec-conform --adapter MODULE[:CLASS] [--json] FILE...
     python3 -m kvspec.conform --adapter MODULE[:CLASS] [--json] FILE...
+    python3 -m kvspec.conform --adapter-command 'CMD ARGS' [--setting KEY=VALUE]... FILE...
 
 ``MODULE`` alone means ``MODULE:Adapter`` (kvspec.adapter explains the
 protocol); a bare name of an adapter shipped with kvspec (``reference``,
 ``numpy_cache``, ``naive_ring``, ``llama_cpp``) means the module
-``kvspec.adapters.NAME``. FILE is a trace (``.trace``, parsed by kvspec's own parser; needs
+``kvspec.adapters.NAME``, and ``onnxruntime`` its engine process.
+``--adapter-command`` runs any process that speaks the adapter protocol
+(docs/adapter-protocol.md, kvspec.process); ``--setting`` options go to
+every adapter alike (``Adapter.configure``, or the protocol's hello). An
+adapter that cannot be had (not installed, an unknown setting, a process
+that fails its hello) stops the run before any trace, exit status 2. FILE is a trace (``.trace``, parsed by kvspec's own parser; needs
 the compiled module) or its emitted form (``.json``, corpus/emitted/).
 
 For every statement the runner checks the trace's own expectations. When
@@ -31,13 +37,15 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, TextIO, Type, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Type, Union
 
+from . import adapters
 from . import program as programs
 from .adapter import Adapter as Adapter, ForwardResult as ForwardResult
 from .errors import NotApplicable, TraceSyntaxError
 from .lockstep import MAX_ROWS as MAX_ROWS, OUT_TOLERANCE as OUT_TOLERANCE, Failure as Failure, \
     Lockstep
+from .process import DEFAULT_TIMEOUT, AdapterFailure, ProcessAdapter
 from .program import Program
 
 #: What names an adapter: ``"MODULE[:CLASS]"``, an adapter class or an instance.
@@ -77,20 +85,52 @@ class Result:
         return d
 
 
-def load_adapter(spec: AdapterSpec) -> Adapter:
+def load_adapter(spec: AdapterSpec, settings: Optional[Mapping[str, str]] = None,
+                 timeout: float = DEFAULT_TIMEOUT) -> Adapter:
     """An adapter instance from ``MODULE[:CLASS]`` (an instance or class is
     also accepted as is). A bare name (no dot) of a module in
     kvspec.adapters means that module: ``llama_cpp`` is
-    ``kvspec.adapters.llama_cpp``, not another package of that name."""
+    ``kvspec.adapters.llama_cpp``, not another package of that name; a bare
+    name of kvspec.adapters.PROCESS_ENGINES (``onnxruntime``) is that
+    engine's process. With ``settings`` (``--setting``), the adapter's
+    ``configure`` is called with them (a process adapter is started then)."""
+    adapter: Adapter
     if not isinstance(spec, str):
-        return spec() if isinstance(spec, type) else spec
-    module_name, _, class_name = spec.partition(":")
-    if "." not in module_name and \
-            importlib.util.find_spec("kvspec.adapters." + module_name) is not None:
-        module_name = "kvspec.adapters." + module_name
-    module = importlib.import_module(module_name)
-    adapter: Adapter = getattr(module, class_name or "Adapter")()
+        adapter = spec() if isinstance(spec, type) else spec
+    else:
+        module_name, _, class_name = spec.partition(":")
+        if "." not in module_name and not class_name and \
+                importlib.util.find_spec("kvspec.adapters." + module_name) is None and \
+                module_name in adapters.PROCESS_ENGINES:
+            adapter = ProcessAdapter(adapters.engine_command(module_name), timeout=timeout)
+        else:
+            if "." not in module_name and \
+                    importlib.util.find_spec("kvspec.adapters." + module_name) is not None:
+                module_name = "kvspec.adapters." + module_name
+            module = importlib.import_module(module_name)
+            adapter = getattr(module, class_name or "Adapter")()
+    if settings is not None:
+        adapter.configure(settings)
     return adapter
+
+
+def open_adapter(spec: Optional[AdapterSpec] = None, command: Optional[str] = None,
+                 settings: Optional[Mapping[str, str]] = None,
+                 timeout: float = DEFAULT_TIMEOUT) -> Adapter:
+    """The adapter of a run, configured (a process adapter started and past
+    its hello): ``spec`` as load_adapter takes it, or ``command``, a process
+    that speaks the protocol. Raises AdapterFailure, EngineNotFound,
+    ImportError or ValueError (an unknown setting) when it cannot be had."""
+    if command is not None:
+        return load_adapter(ProcessAdapter(command, timeout=timeout), settings or {})
+    assert spec is not None
+    return load_adapter(spec, settings or {}, timeout)
+
+
+def close_adapter(adapter: Adapter) -> None:
+    """Ends an adapter's process, if it has one."""
+    if isinstance(adapter, ProcessAdapter):
+        adapter.close()
 
 
 def have_core() -> bool:
@@ -129,9 +169,11 @@ def run_file(path: str, adapter: AdapterSpec, compare: bool = True,
     if compare and have_core():
         from .adapters.reference import Adapter as Reference
         reference = Reference()
-    adapter = load_adapter(adapter)
     try:
+        adapter = load_adapter(adapter)
         result = run_program(prog, adapter, reference, lenient)
+    except AdapterFailure as e:  # the engine's process failed, or answered a failure
+        result = Result(prog.file, "fail", message="adapter failure: %s" % e)
     except Exception as e:  # an adapter bug is a failure of that trace, not a crash
         result = Result(prog.file, "fail", message="%s: %s" % (type(e).__name__, e))
     result.path = path
@@ -184,8 +226,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog=script if script == "kvspec-conform" else "python3 -m kvspec.conform",
         description="Runs kvspec traces against an engine's cache through an adapter.")
-    parser.add_argument("--adapter", required=True,
-                        help="MODULE[:CLASS] of the adapter (MODULE alone: MODULE:Adapter)")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--adapter", metavar="NAME",
+                       help="a bundled engine (llama_cpp, onnxruntime, numpy_cache, ...) or "
+                       "MODULE[:CLASS] of a Python adapter (MODULE alone: MODULE:Adapter)")
+    which.add_argument("--adapter-command", metavar="'CMD ARGS'",
+                       help="an engine process that speaks the adapter protocol "
+                       "(docs/adapter-protocol.md), e.g. 'node my-adapter.mjs'")
+    parser.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
+                        help="an engine setting, repeatable; every adapter gets them the same "
+                        "way (Adapter.configure, or the protocol's hello)")
+    parser.add_argument("--adapter-timeout", type=float, default=DEFAULT_TIMEOUT,
+                        metavar="SECONDS", help="seconds an engine process may take to answer "
+                        "(default %(default)g)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--no-compare", action="store_true",
                         help="check the traces' own expectations only, even with the module")
@@ -216,21 +269,49 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="random mode with --keep-going: stop shrinking a failure after "
                         "this many seconds and keep the smallest program found so far")
     args = parser.parse_args(argv)
+    settings: Dict[str, str] = {}
+    for item in args.setting:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            parser.error("--setting %r: expected KEY=VALUE" % item)
+        settings[key.strip()] = value.strip()
+    if args.adapter_timeout <= 0:
+        parser.error("--adapter-timeout: expected a positive number of seconds")
+    if args.random is None and not args.files:
+        parser.error("no trace files given")
+    try:
+        adapter = open_adapter(args.adapter, args.adapter_command, settings, args.adapter_timeout)
+    except AdapterFailure as e:  # names the command
+        parser.exit(2, "%s: error: %s\n" % (parser.prog, e))
+    except (adapters.EngineNotFound, ImportError, AttributeError, ValueError) as e:
+        # no trace has run: the adapter cannot be had as asked
+        parser.exit(2, "%s: error: adapter %s: %s\n" % (
+            parser.prog, args.adapter or repr(args.adapter_command), e))
+    except Exception as e:  # e.g. an engine library that is not installed
+        parser.exit(2, "%s: error: adapter %s: %s: %s\n" % (
+            parser.prog, args.adapter or repr(args.adapter_command), type(e).__name__, e))
+    try:
+        return _main_run(parser, args, adapter)
+    finally:
+        close_adapter(adapter)
+
+
+def _main_run(parser: argparse.ArgumentParser, args: argparse.Namespace,
+              adapter: Adapter) -> int:
     if args.random is not None:
         from . import hypothesis as hyp
         kinds = args.kinds.split(",")
         bad = [k for k in kinds if k not in ("kv", "rotating", "ssm", "kv-full")]
         if bad:
             parser.error("--kinds: unknown kind %s" % ", ".join(bad))
-        failed = hyp.run_random(args.adapter, args.random, args.seed, args.max_steps,
+        hyp.SETTINGS = dict(getattr(adapter, "settings", {}) or {})
+        failed = hyp.run_random(adapter, args.random, args.seed, args.max_steps,
                                 failure_dir=args.out, lenient=args.lenient_refusals,
                                 kinds=kinds, keep_going=args.keep_going,
                                 progress=args.progress, time_budget=args.time_budget,
                                 shrink_seconds=args.shrink_seconds)
         return 1 if failed else 0
-    if not args.files:
-        parser.error("no trace files given")
-    results = run(args.adapter, args.files, compare=not args.no_compare, as_json=args.json,
+    results = run(adapter, args.files, compare=not args.no_compare, as_json=args.json,
                   lenient=args.lenient_refusals)
     return 1 if any(r.status == "fail" for r in results) else 0
 

@@ -402,8 +402,12 @@ def _windowed(text):
     return re.search(r"rotating|window=[1-9]", text) is not None
 
 
+#: The run's engine settings (--setting), which some known classes depend on.
+SETTINGS: Dict[str, Any] = {}
+
+
 def _settings():
-    return os.environ.get("KVSPEC_LLAMA_SETTINGS", "")
+    return ",".join("%s=%s" % kv for kv in sorted(SETTINGS.items()))
 
 
 KNOWN: List[KnownClass] = [

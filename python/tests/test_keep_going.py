@@ -117,10 +117,10 @@ def test_signature_is_stable():
 
 def test_known_classes(monkeypatch):
     l2 = "trace 1\nrows 1\nlayer l0 rotating window=1 capacity=1\ndecode\nextract 0 as b\n"
-    monkeypatch.setenv("KVSPEC_LLAMA_SETTINGS", "seq_cp=1")
+    monkeypatch.setattr(khyp, "SETTINGS", {"seq_cp": "1"})
     assert khyp.classify(l2, "differs from the reference: positions expected [1] got [0]") \
         .startswith("L2")
-    monkeypatch.setenv("KVSPEC_LLAMA_SETTINGS", "")
+    monkeypatch.setattr(khyp, "SETTINGS", {})
     assert khyp.classify(l2, "differs from the reference: positions expected [1] got [0]") \
         .startswith("L1")
     undo = "trace 1\nrows 1\nlayer l0 kv window=1\narm\nwindow 2\nexpect error arm\naccept 1\n"

@@ -23,8 +23,8 @@ the trace's (position, id). One full-attention model layer stands for the
 trace's kv layers, one sliding-window layer (gemma3 SWA, the trace's window)
 for its rotating layers: llama.cpp keeps one cache for each kind.
 
-Settings that change cache behaviour come from $KVSPEC_LLAMA_SETTINGS, e.g.
-``swa_full=0,kv_unified=0,n_seq_max=8,n_ubatch=1`` (defaults: swa_full=1,
+Settings that change cache behaviour are the runner's ``--setting KEY=VALUE``
+options, e.g. ``--setting swa_full=0 --setting n_ubatch=1`` (defaults: swa_full=1,
 kv_unified=1, n_seq_max=4 (a context has max(rows, n_seq_max) sequences), n_ubatch=64,
 n_rs_seq=8: recurrent-state snapshots for rollback, used by the recurrent
 probe only; exact_states=0; seq_cp=0: with seq_cp=1 every layout lives in

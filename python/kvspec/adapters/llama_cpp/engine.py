@@ -1,7 +1,7 @@
 """llama.cpp loaded for the adapter: the npm package's prebuilt libraries,
 the headers and gguf-py of the same release, the C shim (shim.c) compiled
-against them, the probe models, and the settings from
-$KVSPEC_LLAMA_SETTINGS."""
+against them, the probe models, and the settings (the runner's --setting
+KEY=VALUE options)."""
 
 import ctypes
 import os
@@ -53,13 +53,18 @@ def _cache_dir():
     return d
 
 
-def settings():
+def settings(given=None):
+    """DEFAULTS with the given settings (``{"swa_full": "0"}``: the runner's
+    --setting options, string values) over them; ValueError for an unknown
+    key or a value that is not an integer."""
     s = dict(DEFAULTS)
-    for item in filter(None, os.environ.get("KVSPEC_LLAMA_SETTINGS", "").split(",")):
-        key, _, value = item.partition("=")
-        if key.strip() not in s:
-            raise ValueError("KVSPEC_LLAMA_SETTINGS: unknown setting %r" % key)
-        s[key.strip()] = int(value)
+    for key, value in (given or {}).items():
+        if key not in s:
+            raise ValueError("unknown setting %r (llama_cpp takes %s)" % (key, ", ".join(DEFAULTS)))
+        try:
+            s[key] = int(value)
+        except ValueError:
+            raise ValueError("setting %s=%r: expected an integer" % (key, value))
     return s
 
 
@@ -69,12 +74,12 @@ class Engine:
     _instance = None
 
     @classmethod
-    def get(cls):
+    def get(cls, verbose=0):
         if cls._instance is None:
-            cls._instance = cls()
+            cls._instance = cls(verbose)
         return cls._instance
 
-    def __init__(self):
+    def __init__(self, verbose=0):
         pkg = _package_dir()
         nm = os.path.join(pkg, "node_modules")
         self.bins = os.path.join(nm, "@node-llama-cpp", "linux-x64", "bins", "linux-x64")
@@ -126,7 +131,7 @@ class Engine:
             f.restype = res
             f.argtypes = args
         self.lib = lib
-        if lib.kvl_init(self.bins.encode(), settings()["verbose"]) != 0:
+        if lib.kvl_init(self.bins.encode(), verbose) != 0:
             raise EngineMissing("llama.cpp found no backend in %s" % self.bins)
         self.models = {}
         self.arenas = {}

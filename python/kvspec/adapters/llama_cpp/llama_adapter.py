@@ -237,8 +237,21 @@ class Adapter(Base):
     unobserved = frozenset(["kind", "trimmable", "bytes_per_token", "out"])
 
     def __init__(self):
-        self.engine = Engine.get()
         self.settings = settings()
+        self._engine = None
+
+    def configure(self, given):
+        """The runner's --setting options (see the package's docstring);
+        loads llama.cpp, so that a missing engine shows before any trace."""
+        self.settings = settings(given)
+        _ = self.engine
+        return {k: str(v) for k, v in self.settings.items()}
+
+    @property
+    def engine(self):
+        if self._engine is None:
+            self._engine = Engine.get(self.settings["verbose"])
+        return self._engine
 
     # -- construction -------------------------------------------------------
     def create(self, rows, layers):
