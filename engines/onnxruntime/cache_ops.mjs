@@ -5,7 +5,7 @@
 // absolute length the op is told: its only lever), ssm rollback restores the
 // states snapshotted at arm and replays the kept tokens through the ops.
 import v8 from "node:v8";
-import { Cache, cloneCache, forwardLayers, ssmForward, widenProbe, heldTags, Refused, NotApplicable } from "./engine.mjs";
+import { Cache, cloneCache, forwardLayers, ssmForward, widenProbe, seenNext, Refused, NotApplicable } from "./engine.mjs";
 
 const MAX_TOKENS_PER_ROW = 1000000;
 const hasSsm = (c) => c.specs.some((s) => s.kind === "ssm");
@@ -153,7 +153,7 @@ function slots(row, H, keep, D, probe) {
   for (const b of buf) for (let h = 0; h < H; h++) out.push(...b.subarray((h * cap + row.len - keep) * Dx, (h * cap + row.len) * Dx));
   return out;
 }
-export function difference(a, b) {
+export async function difference(a, b) {
   if (a.rows !== b.rows) return `rows ${a.rows} vs ${b.rows}`;
   if (a.next.join() !== b.next.join()) return `positions ${a.next} vs ${b.next}`;
   for (let li = 0; li < a.specs.length; li++) {
@@ -167,12 +167,10 @@ export function difference(a, b) {
       let keep = a.next[r];
       if (s.kind === "rotating") keep = Math.min(keep, s.window - 1);
       if (a.settings.buffer === "ring" && s.window > 0) {
-        // The op keeps the resident tokens where its own rule puts them: compare
-        // the tokens at the positions a next query can still see, by tag.
-        const lo = a.next[r] - Math.min(keep, s.window - 1);
-        const inRange = (set) => [...set].filter((t) => { const p = +t.split(":")[0]; return p >= lo && p < a.next[r]; }).sort().join(" ");
-        const ta = inRange(heldTags(a.layers[li], x, s.heads)), tb = inRange(heldTags(b.layers[li], y, s.heads));
-        if (ta !== tb) return `layer ${s.name} row ${r}: holds ${ta || "nothing"} vs ${tb || "nothing"}`;
+        // The op keeps its resident tokens where its own rule puts them: compare
+        // what a next query would see (a probe on copies), tag for tag.
+        const ta = (await seenNext(a, li, r)).join(" "), tb = (await seenNext(b, li, r)).join(" ");
+        if (ta !== tb) return `layer ${s.name} row ${r}: a next query sees ${ta || "nothing"} vs ${tb || "nothing"}`;
         continue;
       }
       const Dp = Math.max(8, Math.ceil(s.dim / 8) * 8);

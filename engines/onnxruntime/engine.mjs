@@ -173,15 +173,19 @@ export function widenProbe(layer, H, DL) {
   layer.dl = DL;
 }
 
-// The (pos, id) tags a row's probe buffer holds anywhere (label columns set
-// in any slot of kv head 0): what a ring buffer holds, without knowing where.
-export function heldTags(layer, row, H) {
-  const out = new Set();
-  if (!row.pv) return out;
-  const DL = layer.dl, cap = row.pv.length / (H * DL);
-  for (let s = 0; s < cap; s++) for (let l = 1; l < DL; l++)
-    if (row.pv[s * DL + l] !== 0 && l - 1 < tags.length) out.add(tags[l - 1].join(":"));
-  return out;
+// What a next query of row r would see in layer li: a probe call with one
+// unlabeled token (zero V) on a copy of the row; the engine's own answer to
+// "which tokens are still visible", wherever it keeps them.
+export async function seenNext(c, li, r) {
+  const spec = c.specs[li], layer = c.layers[li];
+  if (!layer.rows[r].pk) return [];
+  const copy = cloneCache(c);
+  const H = spec.heads, HQ = spec.qheads || spec.heads, DL = layer.dl;
+  const x = { n: 1, q: new Float32Array(HQ * DL), k: new Float32Array(H * DL), v: new Float32Array(H * DL) };
+  const res = await attentionCall(copy, li, spec, [r], [x], true);
+  const items = decodeSeen(res.out.subarray(0, res.D));
+  items.splice(items.indexOf("zero"), 1);
+  return items.map((i) => (typeof i === "string" ? i : i.join(":"))).sort();
 }
 
 function decodeSeen(o) {

@@ -36,16 +36,9 @@ def corpus(repo: str) -> List[str]:
     return [os.path.relpath(f, repo) for f in files]
 
 
-def adapter_args(repo: str, buffer: str, env: Dict[str, str]) -> List[str]:
-    """The runner's options for this engine: the protocol runner's short name
-    when it has one, else the in-process bridge (bridge.py)."""
-    helptext = subprocess.run([sys.executable, "-m", "kvspec.conform", "--help"], cwd=repo, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
-    if "--adapter-command" in helptext and "--setting" in helptext:
-        return ["--adapter", "onnxruntime", "--setting", "buffer=" + buffer]
-    env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
-    env["KVSPEC_ORT_SETTINGS"] = "buffer=" + buffer
-    return ["--adapter", "bridge"]
+def adapter_args(buffer: str) -> List[str]:
+    """The runner's options for this engine: the bundled process engine."""
+    return ["--adapter", "onnxruntime", "--setting", "buffer=" + buffer]
 
 
 def verdict(line: str) -> Optional[Tuple[str, str]]:
@@ -94,13 +87,15 @@ def check_engine(repo: str, env: Dict[str, str]) -> Optional[str]:
 
 
 def random_mode(repo: str, buffer: str, n: int, seed: int, out: Optional[str],
-                env: Dict[str, str], budget: Optional[float]) -> int:
-    args = adapter_args(repo, buffer, env)
+                env: Dict[str, str], budget: Optional[float], kinds: Optional[str] = None) -> int:
+    args = adapter_args(buffer)
     out = out or os.path.join(repo, "out", "onnxruntime-random-%s-%d" % (buffer, seed))
     cmd = [sys.executable, "-m", "kvspec.conform"] + args + [
         "--random", str(n), "--seed", str(seed), "--keep-going", "--out", out, "--progress", "0"]
     if budget:
         cmd += ["--time-budget", str(budget)]
+    if kinds:
+        cmd += ["--kinds", kinds]
     t = time.time()
     p = subprocess.run(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True)
@@ -121,6 +116,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out")
     ap.add_argument("--time-budget", type=float)
+    ap.add_argument("--kinds", help="with --random: the runner's --kinds")
     ap.add_argument("--expect-random", choices=("pass", "fail"),
                     help="with --random: the exit status expected (pass: 0, fail: 1)")
     ap.add_argument("--overnight", action="store_true",
@@ -142,7 +138,8 @@ def main() -> int:
             random_mode(repo, b, 300, args.seed, None, dict(env), None)
         return status
     if args.random is not None:
-        rc = random_mode(repo, args.buffer, args.random, args.seed, args.out, env, args.time_budget)
+        rc = random_mode(repo, args.buffer, args.random, args.seed, args.out, env, args.time_budget,
+                         args.kinds)
         if args.expect_random:
             want = 0 if args.expect_random == "pass" else 1
             if rc != want:
@@ -155,7 +152,7 @@ def main() -> int:
     files = corpus(repo)
     messages: Dict[str, str] = {}
     t = time.time()
-    got = run_corpus(repo, files, adapter_args(repo, args.buffer, env), env, messages)
+    got = run_corpus(repo, files, adapter_args(args.buffer), env, messages)
     took = time.time() - t
     lines = [got[f] for f in files]
     if args.messages:
