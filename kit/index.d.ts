@@ -128,3 +128,9 @@ export declare function attentionToken(layer: number, id: number, pos: number, h
 export declare function attend(q: ArrayLike<number>, keys: ArrayLike<number>[],
                                values: ArrayLike<number>[], heads: number, qheads: number,
                                dim: number): Float64Array;
+/** the contents of recurrent token (layer, id, pos): x [2*kheads*dk + heads*dv], a, b [heads] */
+export declare function recurrentToken(layer: number, id: number, pos: number, heads: number,
+                                       kheads: number, dk: number, dv: number):
+  { x: Float32Array; a: Float32Array; b: Float32Array };
+/** a recurrent layer's conv weights, channel-major [channels * conv], each halved */
+export declare function convWeights(layer: number, channels: number, conv: number): Float32Array;

@@ -2,7 +2,7 @@
 // over stdin/stdout for an engine written in JavaScript or TypeScript.
 import { createInterface } from "node:readline";
 
-export { mix, tokenSeed, weightSeed, stream, attentionToken, attend } from "./values.js";
+export { mix, tokenSeed, weightSeed, stream, attentionToken, attend, recurrentToken, convWeights } from "./values.js";
 
 /** The protocol version this kit speaks. */
 export const PROTOCOL = 1;

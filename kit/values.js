@@ -63,3 +63,20 @@ export function attend(q, keys, values, heads, qheads, dim) {
   }
   return out;
 }
+
+/**
+ * {x: [C], a: [heads], b: [heads]} of a recurrent token, C = 2*kheads*dk +
+ * heads*dv: x holds the pre-conv q, k and v parts, each head-major.
+ */
+export function recurrentToken(layer, id, pos, heads, kheads, dk, dv) {
+  const c = 2 * kheads * dk + heads * dv;
+  const d = stream(tokenSeed(layer, id, pos), c + 2 * heads);
+  return { x: d.subarray(0, c), a: d.subarray(c, c + heads), b: d.subarray(c + heads) };
+}
+
+/** A recurrent layer's conv weights w[c][j] (channel-major, [channels * conv]), each halved. */
+export function convWeights(layer, channels, conv) {
+  const w = stream(weightSeed(layer), channels * conv);
+  for (let i = 0; i < w.length; i++) w[i] *= 0.5;
+  return w;
+}

@@ -2,8 +2,9 @@
 // write one from kvspec's DESIGN.md and TRACE.md (the logic of
 // python/kvspec/adapters/numpy_cache.py): plain KV layers, sliding-window
 // rings with capacity >= window, batches with left and right padding,
-// speculative rounds, fork/filter/join/extract and persistence. Recurrent
-// (ssm) layers are not implemented: a trace with one is not applicable.
+// speculative rounds, fork/filter/join/extract and persistence, and
+// recurrent (ssm) layers: a causal conv and a gated-DeltaNet state per row,
+// snapshot at `arm`, restored and replayed on a partial accept.
 //
 // Storage, per attention layer and row: columns in logical order, pads
 // included -- the token's position (-1: pad or dropped), its id, k and v.
@@ -11,11 +12,72 @@
 // but never one that a later query can still see. Attention reads only what
 // is stored: the query at position p admits the stored tokens of its row at
 // positions p - window + 1 .. p.
-import { Refused, NotApplicable, attentionToken, attend } from "../index.js";
+import { Refused, attentionToken, attend, recurrentToken, convWeights } from "../index.js";
 
 const MAX_TOKENS_PER_ROW = 1000000;
 
+// A recurrent layer: per row the conv state (the last conv - 1 inputs) and
+// the recurrent state S (per value head, dv x dk).
+function newSsmLayer(index, spec, rows) {
+  const channels = 2 * spec.kheads * spec.dk + spec.heads * spec.dv;
+  const layer = { index, name: spec.name, ssm: true, ring: false, heads: spec.heads,
+    kheads: spec.kheads, dk: spec.dk, dv: spec.dv, conv: spec.conv, channels,
+    w: Array.from(convWeights(index, channels, spec.conv)), st: [] };
+  layer.st = Array.from({ length: rows }, () => freshState(layer));
+  return layer;
+}
+
+function freshState(l) {
+  return { hist: Array.from({ length: l.conv - 1 }, () => new Array(l.channels).fill(0)),
+    S: new Array(l.heads * l.dv * l.dk).fill(0) };
+}
+
+const sigmoid = (z) => 1 / (1 + Math.exp(-z));
+
+// One token through a row's state (TRACE.md "Values", recurrent layers);
+// returns its y (all value heads).
+function ssmStep(l, state, id, pos) {
+  const { x, a, b } = recurrentToken(l.index, id, pos, l.heads, l.kheads, l.dk, l.dv);
+  const xs = state.hist.concat([Array.from(x)]);
+  const u = new Array(l.channels);
+  for (let c = 0; c < l.channels; c++) {
+    let z = 0;
+    for (let j = 0; j < l.conv; j++) z += l.w[c * l.conv + j] * xs[j][c];
+    u[c] = z / (1 + Math.exp(-z));
+  }
+  state.hist = xs.slice(1);
+  const l2 = (v) => {
+    const n = Math.sqrt(v.reduce((s, t) => s + t * t, 0) + 1e-6);
+    return v.map((t) => t / n);
+  };
+  const kd = l.kheads * l.dk;
+  const y = [];
+  for (let h = 0; h < l.heads; h++) {
+    const kh = Math.floor(h / (l.heads / l.kheads));
+    const q = l2(u.slice(kh * l.dk, (kh + 1) * l.dk)).map((t) => t / Math.sqrt(l.dk));
+    const k = l2(u.slice(kd + kh * l.dk, kd + (kh + 1) * l.dk));
+    const v = u.slice(2 * kd + h * l.dv, 2 * kd + (h + 1) * l.dv);
+    const g = sigmoid(2 + a[h]);
+    const beta = sigmoid(b[h]);
+    const S = state.S;
+    const o = h * l.dv * l.dk;
+    for (let i = 0; i < l.dv * l.dk; i++) S[o + i] *= g;
+    for (let i = 0; i < l.dv; i++) {
+      let m = 0;
+      for (let j = 0; j < l.dk; j++) m += S[o + i * l.dk + j] * k[j];
+      for (let j = 0; j < l.dk; j++) S[o + i * l.dk + j] += beta * (v[i] - m) * k[j];
+    }
+    for (let i = 0; i < l.dv; i++) {
+      let s = 0;
+      for (let j = 0; j < l.dk; j++) s += S[o + i * l.dk + j] * q[j];
+      y.push(s);
+    }
+  }
+  return y;
+}
+
 function newLayer(index, spec, rows) {
+  if (spec.kind === "ssm") return newSsmLayer(index, spec, rows);
   const ring = spec.kind === "rotating";
   return {
     index, name: spec.name, ring, window: spec.window,
@@ -83,16 +145,16 @@ function newCache(rows, specs) {
 }
 
 const wrapped = (c, layer) => layer.ring && c.peak > layer.capacity;
-const shape = (s) => [s.kind, s.heads, s.qheads, s.dim, s.window, s.capacity].join();
+const shape = (s) => [s.kind, s.heads, s.qheads, s.dim, s.window, s.capacity, s.kheads, s.dk,
+  s.dv, s.conv].join();
+const attention = (c) => c.layers.filter((l) => !l.ssm);
+const hasSsm = (c) => c.layers.some((l) => l.ssm);
 
 export class ToyAdapter {
   name = "toy";
   version = "1.0.0";
 
   create(rows, layers) {
-    for (const spec of layers) {
-      if (spec.kind === "ssm") throw new NotApplicable("toy has no recurrent (ssm) layers");
-    }
     return newCache(rows, layers);
   }
 
@@ -105,6 +167,14 @@ export class ToyAdapter {
     const seen = [];
     const out = [];
     for (const layer of c.layers) {
+      if (layer.ssm) {
+        for (let r = 0; r < c.rows; r++) {
+          positions[r].forEach((p, j) => {
+            out.push({ layer: layer.index, row: r, pos: p, values: ssmStep(layer, layer.st[r], ids[r][j], p) });
+          });
+        }
+        continue;
+      }
       evict(layer);
       const hd = layer.heads * layer.dim;
       const queries = [];
@@ -138,6 +208,7 @@ export class ToyAdapter {
     }
     for (let r = 0; r < c.rows; r++) c.next[r] += ids[r].length;
     if (c.armed) {
+      c.verifyTokens = ids.map((g, r) => g.map((id, j) => [id, positions[r][j]]));
       c.verified = true;
       c.verifyReal = ids.map((g) => g.length);
       c.peakBeforeVerify = c.peak;
@@ -152,6 +223,7 @@ export class ToyAdapter {
 
   trim(c, n, bypass) {
     if (c.armed) throw new Refused("trim while a round is armed");
+    if (hasSsm(c)) throw new Refused("trim: recurrent (ssm) layers are not trimmable");
     if (bypass) {
       if (c.bypassBound === null || c.bypassBound.some((b) => n > b)) {
         throw new Refused(`trim ${n} bypass: not right after a window of >= ${n} tokens`);
@@ -173,7 +245,7 @@ export class ToyAdapter {
   // smallest drop (the other rows' dropped tokens become holes).
   dropTips(c, drop, peak) {
     const cut = Math.min(...drop);
-    for (const layer of c.layers) {
+    for (const layer of attention(c)) {
       for (let r = 0; r < c.rows; r++) dropLastReal(layer, r, drop[r]);
       if (cut) keepColumns(layer, 0, width(layer) - cut);
     }
@@ -187,6 +259,7 @@ export class ToyAdapter {
     c.armed = true;
     c.verified = false;
     c.bypassBound = null;
+    c.snapshot = c.layers.map((l) => (l.ssm ? structuredClone(l.st) : null));
   }
 
   accept(c, keep) {
@@ -196,8 +269,16 @@ export class ToyAdapter {
       if (k > c.verifyReal[r]) throw new Refused(`accept ${k}: row ${r} has only ${c.verifyReal[r]} tokens in the round`);
     });
     this.dropTips(c, c.verifyReal.map((n, r) => n - keep[r]), c.peakBeforeVerify);
+    // recurrent layers: back to the snapshot, then the kept tokens again
+    for (const l of c.layers.filter((x) => x.ssm)) {
+      l.st = structuredClone(c.snapshot[l.index]);
+      for (let r = 0; r < c.rows; r++) {
+        for (const [id, p] of c.verifyTokens[r].slice(0, keep[r])) ssmStep(l, l.st[r], id, p);
+      }
+    }
     c.armed = c.verified = false;
     c.bypassBound = null;
+    c.snapshot = c.verifyTokens = null;
   }
 
   fork(c) {
@@ -207,7 +288,7 @@ export class ToyAdapter {
   filter(c, rows) {
     if (c.armed) throw new Refused("filter while a round is armed");
     for (const layer of c.layers) {
-      for (const key of ["pos", "ids", "k", "v"]) layer[key] = rows.map((r) => layer[key][r]);
+      for (const key of layer.ssm ? ["st"] : ["pos", "ids", "k", "v"]) layer[key] = rows.map((r) => layer[key][r]);
     }
     c.next = rows.map((r) => c.next[r]);
     c.rows = rows.length;
@@ -222,6 +303,10 @@ export class ToyAdapter {
     const o = structuredClone(other);
     c.layers.forEach((a, i) => {
       const b = o.layers[i];
+      if (a.ssm) {
+        a.st = a.st.concat(b.st);
+        return;
+      }
       const n = Math.max(width(a), width(b));
       padFront(a, n - width(a));
       padFront(b, n - width(b));
@@ -240,6 +325,10 @@ export class ToyAdapter {
     const e = newCache(1, c.specs);
     e.layers.forEach((a, i) => {
       const b = c.layers[i];
+      if (a.ssm) {
+        a.st = [structuredClone(b.st[row])];
+        return;
+      }
       const held = realSlots(b, row);
       for (const key of ["pos", "ids", "k", "v"]) a[key] = [held.map((s) => structuredClone(b[key][row][s]))];
     });
@@ -266,17 +355,18 @@ export class ToyAdapter {
   }
 
   trimmable(c, layer) {
-    return !wrapped(c, c.layers[layer]);
+    return !c.layers[layer].ssm && !wrapped(c, c.layers[layer]);
   }
 
   kind(c, layer) {
-    const base = c.layers[layer].ring ? "rotating" : "kv";
+    const l = c.layers[layer];
+    const base = l.ssm ? "ssm" : l.ring ? "rotating" : "kv";
     return c.batched ? "batched_" + base : base;
   }
 
   bytes_per_token(c, layer) {
     const l = c.layers[layer];
-    return l.heads * 2 * l.dim * 4;
+    return l.ssm ? 0 : l.heads * 2 * l.dim * 4;
   }
 
   difference(a, b) {
@@ -285,6 +375,12 @@ export class ToyAdapter {
     for (let i = 0; i < a.layers.length; i++) {
       const la = a.layers[i];
       const lb = b.layers[i];
+      if (la.ssm) {
+        for (let r = 0; r < a.rows; r++) {
+          if (JSON.stringify(la.st[r]) !== JSON.stringify(lb.st[r])) return `layer ${la.name} row ${r}: states differ`;
+        }
+        continue;
+      }
       for (let r = 0; r < a.rows; r++) {
         let keep = a.next[r];
         if (la.ring) keep = Math.min(keep, la.window - 1);

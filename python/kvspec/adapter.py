@@ -21,6 +21,11 @@ Not applicable. A statement the engine cannot express raises
 :class:`kvspec.NotApplicable` with a reason: the trace is then reported as
 ``not applicable: <reason>``, never silently skipped.
 
+Settings. The runner's ``--setting KEY=VALUE`` options reach
+:meth:`Adapter.configure` as a dict of strings, once, before any other
+call. An engine in another language runs as its own process instead
+(``--adapter-command``, kvspec.process, docs/adapter-protocol.md).
+
 Layers. ``layers`` is a list of :class:`kvspec.program.Layer`: ``name``,
 ``kind`` ("kv", "rotating" or "ssm"), ``heads``, ``qheads``, ``dim``,
 ``window`` (0: none), ``capacity`` (a ring's; = window when not given),
