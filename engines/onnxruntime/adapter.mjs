@@ -7,25 +7,10 @@
 //                 in-place mode, through preallocated outputs);
 //   buffer=ring   sliding_window_cache=1: a ring layer's buffer holds its
 //                 capacity, the op keeps it.
-import { serve, Refused, NotApplicable } from "kvspec-adapter-kit";
+import { serve } from "kvspec-adapter-kit";
 import * as ops from "./cache_ops.mjs";
-import { Refused as EngineRefused, NotApplicable as EngineNotApplicable } from "./engine.mjs";
 
 const BUFFERS = ["full", "shared", "ring"];
-
-// The engine modules throw their own classes; the kit knows its own.
-function wrap(fn) {
-  return async (...args) => {
-    try {
-      return await fn(...args);
-    } catch (e) {
-      if (e instanceof EngineRefused) throw new Refused(e.message);
-      if (e instanceof EngineNotApplicable) throw new NotApplicable(e.message);
-      throw e;
-    }
-  };
-}
-
 let settings = { buffer: "full" };
 
 serve({
@@ -39,24 +24,24 @@ serve({
     settings = s;
     return s;
   },
-  create: wrap((rows, layers) => ops.create(rows, layers, settings)),
-  forward: wrap(async (cache, columns, ids, positions, left, right, decode) => {
+  create: (rows, layers) => ops.create(rows, layers, settings),
+  forward: async (cache, columns, ids, positions, left, right, decode) => {
     const { seen, outs } = await ops.forward(cache, { columns, ids, positions, left, right, decode });
     const key = (k) => { const [layer, row, pos] = k.split(",").map(Number); return { layer, row, pos }; };
     return {
       seen: [...seen].map(([k, items]) => ({ ...key(k), items })),
       out: [...outs].map(([k, values]) => ({ ...key(k), values })),
     };
-  }),
-  trim: wrap((cache, n, bypass) => ops.trim(cache, n, bypass)),
-  arm: wrap((cache) => ops.arm(cache)),
-  accept: wrap((cache, keep) => ops.accept(cache, keep)),
-  fork: wrap((cache) => ops.fork(cache)),
-  filter: wrap((cache, rows) => ops.filter(cache, rows)),
-  join: wrap((cache, other) => ops.join(cache, other)),
-  extract: wrap((cache, row) => ops.extract(cache, row)),
-  save: wrap((cache) => ops.save(cache)),
-  load: wrap((data) => ops.load(data)),
+  },
+  trim: (cache, n, bypass) => ops.trim(cache, n, bypass),
+  arm: (cache) => ops.arm(cache),
+  accept: (cache, keep) => ops.accept(cache, keep),
+  fork: (cache) => ops.fork(cache),
+  filter: (cache, rows) => ops.filter(cache, rows),
+  join: (cache, other) => ops.join(cache, other),
+  extract: (cache, row) => ops.extract(cache, row),
+  save: (cache) => ops.save(cache),
+  load: (data) => ops.load(data),
   positions: (cache) => ops.positions(cache),
   difference: (a, b) => ops.difference(a, b),
 });

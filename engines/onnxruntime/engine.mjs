@@ -7,11 +7,10 @@
 // size that is a multiple of 8). The adapter keeps kvspec's bookkeeping
 // (positions, columns, rounds) and maps each statement onto engine calls.
 import ort from "onnxruntime-node";
-import { attentionToken, ssmToken, stream, weightSeed } from "./values.mjs";
+import { attentionToken, recurrentToken, convWeights } from "kvspec-adapter-kit";
 import { gqaModel, convModel, linearAttentionModel } from "./models.mjs";
 
-export class Refused extends Error {}
-export class NotApplicable extends Error {}
+export { Refused, NotApplicable } from "kvspec-adapter-kit";
 
 const pad8 = (n) => Math.max(8, Math.ceil(n / 8) * 8);
 const sessions = new Map();
@@ -224,7 +223,7 @@ async function attentionForward(c, li, spec, ids, positions, seen, outs) {
     for (let t = 0; t < n; t++) {
       const l = 1 + label(positions[r][t], ids[r][t]);
       for (let h = 0; h < H; h++) pvv[(t * H + h) * DL + l] = 1;
-      const [q, k, v] = attentionToken(li, ids[r][t], positions[r][t], H, HQ, spec.dim);
+      const { q, k, v } = attentionToken(li, ids[r][t], positions[r][t], H, HQ, spec.dim);
       for (let h = 0; h < HQ; h++) vq.set(q.subarray(h * spec.dim, (h + 1) * spec.dim), (t * HQ + h) * Dp);
       for (let h = 0; h < H; h++) {
         vk.set(k.subarray(h * spec.dim, (h + 1) * spec.dim), (t * H + h) * Dp);
@@ -266,12 +265,11 @@ async function ssmRows(c, li, spec, rowIdx, ids, positions, outs) {
   const Hk = spec.kheads || spec.heads, Hv = spec.heads, dk = spec.dk, dv = spec.dv, K = spec.conv;
   const C = 2 * Hk * dk + Hv * dv, B = rowIdx.length, L = ids[rowIdx[0]].length;
   const layer = c.layers[li];
-  const wraw = stream(weightSeed(li), C * K);
-  const w = wraw.map((x) => Math.fround(x * 0.5));
+  const w = convWeights(li, C, K);
   const x = new Float32Array(B * C * L), a = [], b = [];
   rowIdx.forEach((r, j) => {
     for (let t = 0; t < L; t++) {
-      const [xx, aa, bb] = ssmToken(li, ids[r][t], positions[r][t], C, Hv);
+      const { x: xx, a: aa, b: bb } = recurrentToken(li, ids[r][t], positions[r][t], Hv, Hk, dk, dv);
       for (let ch = 0; ch < C; ch++) x[(j * C + ch) * L + t] = xx[ch];
       a.push(aa); b.push(bb);
     }

@@ -141,10 +141,10 @@ def main() -> int:
         rc = random_mode(repo, args.buffer, args.random, args.seed, args.out, env, args.time_budget,
                          args.kinds)
         if args.expect_random:
-            want = 0 if args.expect_random == "pass" else 1
-            if rc != want:
+            expected_rc = 0 if args.expect_random == "pass" else 1
+            if rc != expected_rc:
                 print("engine: expected the random mode to %s (exit %d), got exit %d" % (
-                    args.expect_random, want, rc))
+                    args.expect_random, expected_rc, rc))
                 return 1
             print("1 passed, 0 failed")
             return 0
