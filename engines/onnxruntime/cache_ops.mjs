@@ -5,7 +5,7 @@
 // absolute length the op is told: its only lever), ssm rollback restores the
 // states snapshotted at arm and replays the kept tokens through the ops.
 import v8 from "node:v8";
-import { Cache, cloneCache, forwardLayers, ssmForward, widenProbe, seenNext, Refused, NotApplicable } from "./engine.mjs";
+import { Cache, cloneCache, forwardLayers, ssmForward, widenProbe, seenNext, isRing, Refused, NotApplicable } from "./engine.mjs";
 
 const MAX_TOKENS_PER_ROW = 1000000;
 const hasSsm = (c) => c.specs.some((s) => s.kind === "ssm");
@@ -36,7 +36,7 @@ function dropTips(c, drop, peak) {
     if (s.kind === "ssm") return;
     c.layers[li].rows.forEach((row, r) => {
       row.seen -= drop[r];
-      if (!(c.settings.buffer === "ring" && s.window > 0)) row.len -= drop[r];
+      if (!(isRing(c.settings, s))) row.len -= drop[r];
     });
   });
   const cut = Math.min(...drop);
@@ -166,7 +166,7 @@ export async function difference(a, b) {
       }
       let keep = a.next[r];
       if (s.kind === "rotating") keep = Math.min(keep, s.window - 1);
-      if (a.settings.buffer === "ring" && s.window > 0) {
+      if (isRing(a.settings, s)) {
         // The op keeps its resident tokens where its own rule puts them: compare
         // what a next query would see (a probe on copies), tag for tag.
         const ta = (await seenNext(a, li, r)).join(" "), tb = (await seenNext(b, li, r)).join(" ");

@@ -12,6 +12,9 @@ import { gqaModel, convModel, linearAttentionModel } from "./models.mjs";
 
 export { Refused, NotApplicable } from "kvspec-adapter-kit";
 
+// buffer=ring serves the trace's rings (`rotating`) with sliding_window_cache=1;
+// a `kv window=` layer keeps every token in kvspec, so it stays a full buffer.
+export const isRing = (settings, spec) => settings.buffer === "ring" && spec.kind === "rotating";
 const pad8 = (n) => Math.max(8, Math.ceil(n / 8) * 8);
 const sessions = new Map();
 async function session(key, build) {
@@ -82,7 +85,7 @@ function reshape(buf, H, cap, D, len, cap2, D2 = D) {
 // The buffer length of a row in each mode: full grows with the row, shared is
 // a preallocated capacity (doubling), ring is the layer's capacity.
 function bufLen(mode, spec, need) {
-  if (mode === "ring" && spec.window) return spec.capacity || spec.window;
+  if (mode === "ring" && spec.kind === "rotating") return spec.capacity || spec.window;
   if (mode === "shared") { let m = 16; while (m < need) m *= 2; return m; }
   return need;
 }
@@ -93,7 +96,7 @@ async function attentionCall(c, li, spec, rowIdx, inputs, probe) {
   const layer = c.layers[li];
   const H = spec.heads, HQ = spec.qheads || spec.heads;
   const D = probe ? layer.dl : pad8(spec.dim);
-  const ring = mode === "ring" && spec.window > 0;
+  const ring = isRing(c.settings, spec);
   const B = rowIdx.length, S = Math.max(...inputs.map((x) => x.n));
   const rows = rowIdx.map((r) => layer.rows[r]);
   const lens = rows.map((r) => (ring ? r.seen : r.len));
@@ -252,7 +255,7 @@ async function attentionForward(c, li, spec, ids, positions, seen, outs) {
       outs.set(`${li},${r},${positions[r][t]}`, o);
     }
   });
-  const ring = c.settings.buffer === "ring" && spec.window > 0;
+  const ring = isRing(c.settings, spec);
   rowIdx.forEach((r, j) => {
     const row = layer.rows[r], n = valueIn[j].n;
     row.seen += n;
