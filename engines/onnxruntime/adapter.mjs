@@ -6,7 +6,11 @@
 //   buffer=shared past and present share one preallocated buffer (the op's
 //                 in-place mode, through preallocated outputs);
 //   buffer=ring   sliding_window_cache=1: a ring layer's buffer holds its
-//                 capacity, the op keeps it.
+//                 capacity, the op keeps it;
+//   ring_rollback=length (default) a ring's rollback tells the op a shorter
+//                 length (its only lever; breaks its contract), or =replay:
+//                 restore the ring from before the last forward and replay
+//                 the kept tokens through the op.
 import { serve } from "kvspec-adapter-kit";
 import * as ops from "./cache_ops.mjs";
 
@@ -18,9 +22,11 @@ serve({
   version: "1.30.0",
   unobserved: ["kind", "trimmable", "bytes_per_token"],
   configure(given) {
-    const s = { buffer: "full", ...given };
-    for (const k of Object.keys(s)) if (k !== "buffer") throw new Error(`unknown setting '${k}' (known: buffer=${BUFFERS.join("|")})`);
+    const s = { buffer: "full", ring_rollback: "length", ...given };
+    for (const k of Object.keys(s)) if (!["buffer", "ring_rollback"].includes(k))
+      throw new Error(`unknown setting '${k}' (known: buffer=${BUFFERS.join("|")}, ring_rollback=length|replay)`);
     if (!BUFFERS.includes(s.buffer)) throw new Error(`buffer=${s.buffer}: expected one of ${BUFFERS.join(", ")}`);
+    if (!["length", "replay"].includes(s.ring_rollback)) throw new Error(`ring_rollback=${s.ring_rollback}: expected length or replay`);
     settings = s;
     return s;
   },

@@ -5,7 +5,7 @@
 // absolute length the op is told: its only lever), ssm rollback restores the
 // states snapshotted at arm and replays the kept tokens through the ops.
 import v8 from "node:v8";
-import { Cache, cloneCache, forwardLayers, ssmForward, widenProbe, seenNext, isRing, Refused, NotApplicable } from "./engine.mjs";
+import { Cache, cloneCache, cloneRow, forwardLayers, attentionForward, ssmForward, widenProbe, seenNext, isRing, Refused, NotApplicable } from "./engine.mjs";
 
 const MAX_TOKENS_PER_ROW = 1000000;
 const hasSsm = (c) => c.specs.some((s) => s.kind === "ssm");
@@ -21,6 +21,13 @@ export async function forward(c, { columns, ids, positions, left, right, decode 
     if (c.next[r] + ids[r].length > MAX_TOKENS_PER_ROW) throw new Refused(`row ${r}: too many tokens`);
   }
   if (c.armed) c.round.ids = ids, c.round.positions = positions;
+  // ring_rollback=replay: the rings as they were before this forward, for a
+  // bypass trim or an accept to restore and replay (the op has no rollback).
+  const replay = c.settings.ring_rollback === "replay";
+  c.lastForward = replay && c.specs.some((s) => isRing(c.settings, s))
+    ? { ids, positions, dl: c.layers.map((l) => l.dl),
+        snap: c.layers.map((l, li) => (isRing(c.settings, c.specs[li]) ? l.rows.map(cloneRow) : null)) }
+    : null;
   const { seen, outs } = await forwardLayers(c, ids, positions);
   for (let r = 0; r < c.rows; r++) c.next[r] += ids[r].length;
   if (c.armed) { c.verified = true; c.verifyReal = ids.map((g) => g.length); c.peakBeforeVerify = c.peak; }
@@ -31,9 +38,23 @@ export async function forward(c, { columns, ids, positions, left, right, decode 
   return { seen, outs };
 }
 
-function dropTips(c, drop, peak) {
+// Drops each row's last drop[r] real tokens. `last`: they are the tips of the
+// last forward (a bypass trim, an accept), which ring_rollback=replay replays.
+async function dropTips(c, drop, peak, last = false) {
+  const lf = last && c.lastForward;
+  for (let li = 0; li < c.specs.length; li++) {
+    const s = c.specs[li];
+    if (!lf || !isRing(c.settings, s) || !drop.some((d) => d > 0)) continue;
+    // the snapshot's probe buffers, widened to the labels added since
+    const restored = { rows: lf.snap[li].map(cloneRow), dl: lf.dl[li] };
+    widenProbe(restored, s.heads, c.layers[li].dl);
+    c.layers[li].rows = restored.rows;
+    const ids = lf.ids.map((g, r) => g.slice(0, g.length - drop[r]));
+    const positions = lf.positions.map((g, r) => g.slice(0, g.length - drop[r]));
+    await attentionForward(c, li, s, ids, positions, new Map(), new Map());
+  }
   c.specs.forEach((s, li) => {
-    if (s.kind === "ssm") return;
+    if (s.kind === "ssm" || (lf && isRing(c.settings, s) && drop.some((d) => d > 0))) return;
     c.layers[li].rows.forEach((row, r) => {
       row.seen -= drop[r];
       if (!(isRing(c.settings, s))) row.len -= drop[r];
@@ -45,16 +66,16 @@ function dropTips(c, drop, peak) {
   c.peak = Math.max(peak, c.columns);
 }
 
-export function trim(c, n, bypass) {
+export async function trim(c, n, bypass) {
   if (c.armed) throw new Refused("trim while a round is armed");
   if (hasSsm(c)) throw new Refused("an ssm layer is never trimmable");
   if (bypass) {
     if (!c.bypassBound || c.bypassBound.some((b) => n > b)) throw new Refused(`trim ${n} bypass: not right after a window of >= ${n} tokens`);
-    dropTips(c, new Array(c.rows).fill(n), c.peakBeforeForward);
+    await dropTips(c, new Array(c.rows).fill(n), c.peakBeforeForward, true);
   } else {
     c.specs.forEach((s, li) => { if (c.wrapped(li)) throw new Refused(`layer '${s.name}' is not trimmable (the ring has wrapped)`); });
     for (let r = 0; r < c.rows; r++) if (c.next[r] < n) throw new Refused(`trim ${n}: row ${r} holds only ${c.next[r]} tokens`);
-    dropTips(c, new Array(c.rows).fill(n), c.peak);
+    await dropTips(c, new Array(c.rows).fill(n), c.peak);
   }
   c.bypassBound = null;
 }
@@ -83,7 +104,7 @@ export async function accept(c, keep) {
       await ssmForward(c, li, c.specs[li], ids, positions, null);
     }
   }
-  dropTips(c, c.verifyReal.map((n, r) => n - keep[r]), c.peakBeforeVerify);
+  await dropTips(c, c.verifyReal.map((n, r) => n - keep[r]), c.peakBeforeVerify, true);
   c.armed = c.verified = false; c.bypassBound = null; c.round = null;
 }
 

@@ -59,7 +59,7 @@ export class Cache {
   wrapped(i) { const s = this.specs[i]; return s.kind === "rotating" && this.peak > (s.capacity || s.window); }
 }
 
-function cloneRow(r) {
+export function cloneRow(r) {
   return r.conv ? { conv: r.conv.slice(), state: r.state.slice() }
     : { len: r.len, seen: r.seen, k: r.k && r.k.slice(), v: r.v && r.v.slice(), pk: r.pk && r.pk.slice(), pv: r.pv && r.pv.slice() };
 }
@@ -69,6 +69,7 @@ export function cloneCache(c) {
   n.next = c.next.slice();
   n.verifyReal = c.verifyReal && c.verifyReal.slice();
   n.bypassBound = c.bypassBound && c.bypassBound.slice();
+  n.lastForward = c.lastForward && { ...c.lastForward, dl: c.lastForward.dl.slice(), snap: c.lastForward.snap.map((l) => l && l.map(cloneRow)) };
   n.round = c.round && { snap: c.round.snap.map((l) => l && l.map(cloneRow)), ids: c.round.ids, positions: c.round.positions };
   return n;
 }
@@ -208,7 +209,7 @@ function decodeSeen(o) {
   return items;
 }
 
-async function attentionForward(c, li, spec, ids, positions, seen, outs) {
+export async function attentionForward(c, li, spec, ids, positions, seen, outs) {
   const layer = c.layers[li];
   const H = spec.heads, HQ = spec.qheads || spec.heads, Dp = pad8(spec.dim);
   const rowIdx = [], probeIn = [], valueIn = [];

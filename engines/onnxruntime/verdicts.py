@@ -9,6 +9,7 @@ onnxruntime-node) shows.
     verdicts.py --repo DIR --buffer B --random N [--seed S] [--out DIR]
                                                       # random mode, --keep-going
     verdicts.py --repo DIR --overnight                # every setting, --random 300
+    (--ring-rollback replay: the adapter's ring_rollback=replay setting)
 
 Needs kvspec's compiled module on PYTHONPATH (the runner compares with kvspec's
 core) and engines/onnxruntime/node_modules (tools/setup). Each trace's verdict
@@ -36,9 +37,18 @@ def corpus(repo: str) -> List[str]:
     return [os.path.relpath(f, repo) for f in files]
 
 
+RING_ROLLBACK = "length"
+
+
 def adapter_args(buffer: str) -> List[str]:
     """The runner's options for this engine: the bundled process engine."""
-    return ["--adapter", "onnxruntime", "--setting", "buffer=" + buffer]
+    return ["--adapter", "onnxruntime", "--setting", "buffer=" + buffer,
+            "--setting", "ring_rollback=" + RING_ROLLBACK]
+
+
+def settings_name(buffer: str) -> str:
+    return "buffer=%s%s" % (buffer, "" if RING_ROLLBACK == "length" else
+                            ", ring_rollback=" + RING_ROLLBACK)
 
 
 def verdict(line: str) -> Optional[Tuple[str, str]]:
@@ -89,7 +99,8 @@ def check_engine(repo: str, env: Dict[str, str]) -> Optional[str]:
 def random_mode(repo: str, buffer: str, n: int, seed: int, out: Optional[str],
                 env: Dict[str, str], budget: Optional[float], kinds: Optional[str] = None) -> int:
     args = adapter_args(buffer)
-    out = out or os.path.join(repo, "out", "onnxruntime-random-%s-%d" % (buffer, seed))
+    out = out or os.path.join(repo, "out", "onnxruntime-random-%s%s-%d" % (
+        buffer, "" if RING_ROLLBACK == "length" else "-" + RING_ROLLBACK, seed))
     cmd = [sys.executable, "-m", "kvspec.conform"] + args + [
         "--random", str(n), "--seed", str(seed), "--keep-going", "--out", out, "--progress", "0"]
     if budget:
@@ -100,8 +111,8 @@ def random_mode(repo: str, buffer: str, n: int, seed: int, out: Optional[str],
     p = subprocess.run(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True)
     print(p.stdout, end="")
-    print("engine: random mode, buffer=%s, %d programs, seed %d: %.0f s (exit %d)" % (
-        buffer, n, seed, time.time() - t, p.returncode))
+    print("engine: random mode, %s, %d programs, seed %d: %.0f s (exit %d)" % (
+        settings_name(buffer), n, seed, time.time() - t, p.returncode))
     return p.returncode
 
 
@@ -109,6 +120,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repo", required=True)
     ap.add_argument("--buffer", choices=BUFFERS, default="full")
+    ap.add_argument("--ring-rollback", choices=("length", "replay"), default="length",
+                    help="the adapter's ring_rollback setting")
     ap.add_argument("--check")
     ap.add_argument("--write")
     ap.add_argument("--messages", action="store_true", help="print the runner's lines")
@@ -122,6 +135,8 @@ def main() -> int:
     ap.add_argument("--overnight", action="store_true",
                     help="every buffer setting: the corpus, then --random 300")
     args = ap.parse_args()
+    global RING_ROLLBACK
+    RING_ROLLBACK = args.ring_rollback
     repo = os.path.abspath(args.repo)
     env = dict(os.environ)
     missing = check_engine(repo, env)
@@ -131,10 +146,13 @@ def main() -> int:
         return 1
     if args.overnight:
         status = 0
-        for b in BUFFERS:
-            rc = subprocess.call([sys.executable, __file__, "--repo", repo, "--buffer", b, "--check",
-                                  os.path.join(HERE, "verdicts", b + ".txt")], env=env)
+        for b, rollback in [(b, "length") for b in BUFFERS] + [("ring", "replay")]:
+            name = b if rollback == "length" else b + "_" + rollback
+            rc = subprocess.call([sys.executable, __file__, "--repo", repo, "--buffer", b,
+                                  "--ring-rollback", rollback, "--check",
+                                  os.path.join(HERE, "verdicts", name + ".txt")], env=env)
             status = max(status, rc)
+            RING_ROLLBACK = rollback
             random_mode(repo, b, 300, args.seed, None, dict(env), None)
         return status
     if args.random is not None:
@@ -161,7 +179,7 @@ def main() -> int:
     if args.write:
         with open(args.write, "w") as fh:
             fh.write("# kvspec corpus verdicts for ONNX Runtime (engines/onnxruntime/verdicts.py)\n")
-            fh.write("# settings: buffer=%s\n" % args.buffer)
+            fh.write("# settings: %s\n" % settings_name(args.buffer))
             fh.write("\n".join(lines) + "\n")
         print("wrote %d verdicts to %s (%.0f s)" % (len(lines), args.write, took))
         return 0
@@ -172,20 +190,20 @@ def main() -> int:
         k = "not applicable" if l.startswith("not applicable") else l.split(" ")[0]
         counts[k] = counts.get(k, 0) + 1
     if want == lines:
-        print("engine: %d traces, verdicts as in %s (buffer=%s, %.0f s): %s" % (
-            len(lines), os.path.basename(args.check), args.buffer, took,
+        print("engine: %d traces, verdicts as in %s (%s, %.0f s): %s" % (
+            len(lines), os.path.basename(args.check), settings_name(args.buffer), took,
             ", ".join("%d %s" % (n, k) for k, n in sorted(counts.items()))))
         print("%d passed, 0 failed" % len(lines))
         return 0
     ws, gs = set(want), set(lines)
-    print("engine: verdicts differ from %s (buffer=%s)" % (args.check, args.buffer))
+    print("engine: verdicts differ from %s (%s)" % (args.check, settings_name(args.buffer)))
     for l in sorted(ws - gs):
         print("  expected: %s" % l)
     for l in sorted(gs - ws):
         f = l.split(" ")[-1].split(":")[0]
         print("  got:      %s" % messages.get(f, l))
-    print("regenerate with: %s --repo %s --buffer %s --write %s" % (sys.argv[0], args.repo, args.buffer,
-                                                                   args.check))
+    print("regenerate with: %s --repo %s --buffer %s --ring-rollback %s --write %s" % (
+        sys.argv[0], args.repo, args.buffer, args.ring_rollback, args.check))
     print("%d passed, %d failed" % (len(ws & gs), len(gs - ws)))
     return 1
 
