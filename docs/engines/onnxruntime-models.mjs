@@ -1,6 +1,7 @@
-// The probe and value models, one contrib op each, written as ONNX protobuf
-// bytes from JavaScript (no onnx package needed). Shapes are symbolic, so one
-// model serves every batch size, sequence length and head size.
+// The model generator of onnxruntime-first-prompt.mjs: one
+// com.microsoft.GroupQueryAttention node, written as ONNX protobuf bytes from
+// JavaScript (no onnx package needed), symbolic shapes. (The adapter's full
+// generator, with the recurrent ops, is engines/onnxruntime/models.mjs.)
 
 function varint(n) {
   const out = [];
@@ -78,21 +79,4 @@ export function gqaModel({ qheads, heads, window, ring, scale }) {
     ["output", F, ["B", "S", "Q"]],
     ["present_key", F, ["B", heads, "T", "D"]], ["present_value", F, ["B", heads, "T", "D"]],
   ]);
-}
-
-// CausalConvWithState (silu): input [B,C,L], weight [C,1,K], past_state [B,C,K-1].
-export function convModel() {
-  return oneNodeModel("CausalConvWithState", { activation: "silu" }, [
-    ["input", F, ["B", "C", "L"]], ["weight", F, ["C", 1, "K"]], ["past_state", F, ["B", "C", "P"]],
-  ], [["output", F, ["B", "C", "L"]], ["present_state", F, ["B", "C", "P"]]],
-  ["input", "weight", "", "past_state"]);
-}
-
-// LinearAttention (gated_delta): q [B,T,Hk*dk], k [B,T,Hk*dk], v [B,T,Hv*dv],
-// past_state [B,Hv,dk,dv], decay (log gate) [B,T,Hv], beta [B,T,Hv].
-export function linearAttentionModel({ kheads, heads }) {
-  return oneNodeModel("LinearAttention", { q_num_heads: kheads, kv_num_heads: heads, update_rule: "gated_delta" }, [
-    ["query", F, ["B", "T", "QK"]], ["key", F, ["B", "T", "QK"]], ["value", F, ["B", "T", "V"]],
-    ["past_state", F, ["B", heads, "DK", "DV"]], ["decay", F, ["B", "T", heads]], ["beta", F, ["B", "T", heads]],
-  ], [["output", F, ["B", "T", "V"]], ["present_state", F, ["B", heads, "DK", "DV"]]]);
 }
