@@ -67,15 +67,24 @@ HWY_INLINE size_t LaneBytes(size_t n) {
 // and in one half of a q4_0 block), given their block's scale (BlockScale).
 // q * d is exact in fp32, so these are the values AttendReference reads.
 // For fp32 and bf16 the scale is unused (and its computation elided).
+// fp16 -> fp32, exact: F16C's conversion where the target has it (two
+// instructions, no branch), else F16ToFloat.
+HWY_INLINE float HalfToFloat(uint16_t h) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+#else
+  return F16ToFloat(h);
+#endif
+}
 template <typename T>
 HWY_INLINE float BlockScale(const T* /*row*/, size_t /*i*/) {
   return 1.0f;
 }
 HWY_INLINE float BlockScale(const BlockQ8_0* row, size_t i) {
-  return F16ToFloat(row[i / kKvBlockValues].d);
+  return HalfToFloat(row[i / kKvBlockValues].d);
 }
 HWY_INLINE float BlockScale(const BlockQ4_0* row, size_t i) {
-  return F16ToFloat(row[i / kKvBlockValues].d);
+  return HalfToFloat(row[i / kKvBlockValues].d);
 }
 template <typename T>
 HWY_INLINE VF LoadScaled(DF d, const T* HWY_RESTRICT row, size_t i, float /*scale*/) {
@@ -94,7 +103,9 @@ HWY_INLINE VF LoadScaled(DF d, const BlockQ4_0* HWY_RESTRICT row, size_t i, floa
   const auto bytes = hn::BitCast(
       di, hn::PromoteTo(hn::RebindToUnsigned<DF>(), hn::LoadU(d8, row[i / kKvBlockValues].qs + j % 16)));
   const auto nibbles = j < 16 ? hn::And(bytes, hn::Set(di, 0x0F)) : hn::ShiftRight<4>(bytes);
-  return hn::Mul(hn::ConvertTo(d, hn::Sub(nibbles, hn::Set(di, 8))), hn::Set(d, scale));
+  // nibble * d - 8 * d: both products and their difference, (nibble - 8) *
+  // d, are exact in fp32 (finite d), so one multiply-add gives those bits.
+  return hn::MulAdd(hn::ConvertTo(d, nibbles), hn::Set(d, scale), hn::Set(d, -8.0f * scale));
 }
 // N lanes of a row from lane i, whatever T.
 template <typename T>

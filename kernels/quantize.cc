@@ -90,6 +90,8 @@ void QuantizeQ4_0Impl(const float* HWY_RESTRICT x, size_t n, BlockQ4_0* HWY_REST
   }
 }
 
+const char* QuantizeTarget() { return hwy::TargetName(HWY_TARGET); }
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kvspec
 HWY_AFTER_NAMESPACE();
@@ -99,6 +101,7 @@ namespace kvspec {
 
 HWY_EXPORT(QuantizeQ8_0Impl);
 HWY_EXPORT(QuantizeQ4_0Impl);
+HWY_EXPORT(QuantizeTarget);
 
 void QuantizeQ8_0(const float* x, size_t n, BlockQ8_0* y) {
   HWY_DYNAMIC_DISPATCH(QuantizeQ8_0Impl)(x, n, y);
@@ -106,6 +109,8 @@ void QuantizeQ8_0(const float* x, size_t n, BlockQ8_0* y) {
 void QuantizeQ4_0(const float* x, size_t n, BlockQ4_0* y) {
   HWY_DYNAMIC_DISPATCH(QuantizeQ4_0Impl)(x, n, y);
 }
+
+const char* QuantizeTargetName() { return HWY_DYNAMIC_DISPATCH(QuantizeTarget)(); }
 
 }  // namespace kvspec
 #endif  // HWY_ONCE

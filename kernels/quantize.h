@@ -28,6 +28,9 @@ void QuantizeQ4_0(const float* x, size_t n, BlockQ4_0* y);
 void QuantizeQ8_0Reference(const float* x, size_t n, BlockQ8_0* y);
 void QuantizeQ4_0Reference(const float* x, size_t n, BlockQ4_0* y);
 
+// The Highway target QuantizeQ8_0 and QuantizeQ4_0 dispatch to now.
+const char* QuantizeTargetName();
+
 // One head row of `dim` values written as `type` at out (KvRowBytes(type,
 // dim) bytes): fp32 copied, bf16 rounded to nearest even, q8_0 and q4_0
 // quantized. A dim that is not a positive multiple of 32 is refused for
