@@ -39,10 +39,17 @@ HWY_INLINE VF RoundHalfAway(DF d, VF v) {
   return hn::Add(t, hn::IfThenElseZero(up, hn::CopySignToAbs(hn::Set(d, 1.0f), v)));
 }
 
+// The low bytes of integral floats in [-128, 255]: each plus 1.5 * 2^23
+// (exact) holds the integer's two's complement in its low bits.
+HWY_INLINE void StoreLowBytes(DF d, VF integral, uint8_t* HWY_RESTRICT out) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::Rebind<uint8_t, DF> d8;
+  const auto bits = hn::BitCast(du, hn::Add(integral, hn::Set(d, 12582912.0f)));
+  hn::StoreU(hn::TruncateTo(d8, bits), d8, out);
+}
+
 void QuantizeQ8_0Impl(const float* HWY_RESTRICT x, size_t n, BlockQ8_0* HWY_RESTRICT y) {
   const DF d;
-  const hn::RebindToSigned<DF> di;
-  const hn::Rebind<int8_t, DF> d8;
   const size_t N = hn::Lanes(d);
   for (size_t b = 0; b < n / kKvBlockValues; ++b) {
     const float* xb = x + b * kKvBlockValues;
@@ -52,16 +59,14 @@ void QuantizeQ8_0Impl(const float* HWY_RESTRICT x, size_t n, BlockQ8_0* HWY_REST
     y[b].d = FloatToF16(scale);
     const VF vid = hn::Set(d, id);
     for (size_t o = 0; o < static_cast<size_t>(kKvBlockValues); o += N) {
-      const auto q = hn::ConvertTo(di, RoundHalfAway(d, hn::Mul(hn::LoadU(d, xb + o), vid)));
-      hn::StoreU(hn::DemoteTo(d8, q), d8, y[b].qs + o);
+      const VF q = RoundHalfAway(d, hn::Mul(hn::LoadU(d, xb + o), vid));
+      StoreLowBytes(d, q, reinterpret_cast<uint8_t*>(y[b].qs) + o);
     }
   }
 }
 
 void QuantizeQ4_0Impl(const float* HWY_RESTRICT x, size_t n, BlockQ4_0* HWY_RESTRICT y) {
   const DF d;
-  const hn::RebindToSigned<DF> di;
-  const hn::Rebind<uint8_t, DF> d8;
   const size_t N = hn::Lanes(d);
   for (size_t b = 0; b < n / kKvBlockValues; ++b) {
     const float* xb = x + b * kKvBlockValues;
@@ -78,14 +83,16 @@ void QuantizeQ4_0Impl(const float* HWY_RESTRICT x, size_t n, BlockQ4_0* HWY_REST
     y[b].d = FloatToF16(scale);
     const VF vid = hn::Set(d, id);
     const VF half = hn::Set(d, 8.5f);
-    const auto fifteen = hn::Set(di, 15);
+    const VF fifteen = hn::Set(d, 15.0f);
     for (size_t o = 0; o < 16; o += N) {
       // x * id, rounded, then + 8.5, rounded (not fused), as the reference.
       const VF xlo = hn::Add(hn::Mul(hn::LoadU(d, xb + o), vid), half);
       const VF xhi = hn::Add(hn::Mul(hn::LoadU(d, xb + 16 + o), vid), half);
-      const auto lo = hn::Min(hn::ConvertTo(di, xlo), fifteen);
-      const auto hi = hn::Min(hn::ConvertTo(di, xhi), fifteen);
-      hn::StoreU(hn::DemoteTo(d8, hn::Or(lo, hn::ShiftLeft<4>(hi))), d8, y[b].qs + o);
+      // Truncated (as the conversion to int8 truncates; both are at least
+      // 0.49 here), at most 15, then lo + 16 * hi (exact) as one byte.
+      const VF lo = hn::Min(hn::Trunc(xlo), fifteen);
+      const VF hi = hn::Min(hn::Trunc(xhi), fifteen);
+      StoreLowBytes(d, hn::MulAdd(hi, hn::Set(d, 16.0f), lo), y[b].qs + o);
     }
   }
 }
