@@ -12,12 +12,16 @@
 //   bandwidth (in-place update of 1 GiB, both directions counted);
 //   BM_PeakFma/<target>: peak FP32 multiply-add rate of one core on that
 //   target (the limit of window attention over many queries).
-// - BM_Decode/<target>/<f32|bf16>/<head dim>/<cache length>: one decode
-//   query over a batched KV cache of 8 KV heads x 4 query heads each (32
-//   query heads), cold (rotating through at least 1 GiB of distinct caches,
-//   as when a model decodes through many layers); BM_DecodeHot: the same
-//   shape on one cache reused. bf16: the same keys and values stored as
-//   bfloat16 (KvView::k_bf16), half the bytes.
+// - BM_Decode/<target>/<f32|bf16|q8_0|q4_0>/<head dim>/<cache length>: one
+//   decode query over a batched KV cache of 8 KV heads x 4 query heads each
+//   (32 query heads), cold (rotating through at least 1 GiB of distinct
+//   caches, as when a model decodes through many layers); BM_DecodeHot: the
+//   same shape on one cache reused. bf16: the same keys and values stored as
+//   bfloat16 (KvView::k_bf16), half the bytes; q8_0 and q4_0: quantized
+//   into ggml's blocks (kernels/quantize.h), 34 and 18 bytes per 32 values.
+// - BM_Quantize/<target>/<q8_0|q4_0>/<head dim>: one token written (its
+//   keys and values of 8 KV heads quantized, bench/quantize_bench.cc);
+//   BM_QuantizeGgml/...: ggml's CPU quantize_row_q8_0 / _q4_0 on the same.
 // - BM_DecodeBlas/f32/<head dim>/<cache length>: the peer, decode written
 //   the way a user who knows GQA would with OpenBLAS (single-threaded): per
 //   KV head, one cblas_sgemm for the scores of its 4 query heads, a softmax,
@@ -83,6 +87,8 @@
 #include "kvspec/bench/dispatch_check.h"
 #include "kvspec/kernels/aligned_vector.h"
 #include "kvspec/kernels/attention.h"
+#include "kvspec/kernels/kv_blocks.h"
+#include "kvspec/kernels/quantize.h"
 #include "kvspec/kernels/thread_pool.h"
 #include "kvspec/core/cache.h"
 #include "kvspec/core/kv_cache.h"
@@ -120,9 +126,17 @@ constexpr int32_t kWindowContext = 1024;
 constexpr int32_t kWindowColumns[] = {16, 64, 128, 512};
 constexpr int kDefaultDim = 128;
 
-enum class DType { kF32 = 0, kBF16 = 1 };
-const char* DTypeName(DType t) { return t == DType::kF32 ? "f32" : "bf16"; }
-size_t DTypeBytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+// The storage of keys and values: fp32, bf16, or ggml's q8_0 and q4_0 blocks.
+enum class DType { kF32 = 0, kBF16 = 1, kQ8_0 = 2, kQ4_0 = 3 };
+KvType KvTypeOf(DType t) {
+  const KvType types[] = {KvType::kF32, KvType::kBf16, KvType::kQ8_0, KvType::kQ4_0};
+  return types[static_cast<int>(t)];
+}
+const char* DTypeName(DType t) { return KvTypeName(KvTypeOf(t)); }
+// Bytes of `values` stored values (a multiple of 32 for q8_0 and q4_0).
+size_t DTypeBytes(DType t, size_t values) {
+  return KvRowBytes(KvTypeOf(t), static_cast<int>(values));
+}
 
 // How the cache of a case stores its tokens.
 enum class Storage { kPlain = 0, kRingFull = 1, kRingWrapped = 2 };
@@ -148,6 +162,8 @@ struct Shape {
 struct AttentionCase {
   AlignedVector<float> k, v;  // 64-byte aligned, as the library's caches
   AlignedVector<uint16_t> k16, v16;
+  AlignedVector<BlockQ8_0> k8, v8;
+  AlignedVector<BlockQ4_0> k4, v4;
   std::vector<int32_t> slot_pos;
   KvView view;
   Mask mask;
@@ -169,7 +185,7 @@ WorkingSet& Resident() {
 }
 
 size_t KvBytesPerToken(int dim, DType dtype) {
-  return static_cast<size_t>(kRows) * kKvHeads * 2 * static_cast<size_t>(dim) * DTypeBytes(dtype);
+  return static_cast<size_t>(kRows) * kKvHeads * 2 * DTypeBytes(dtype, static_cast<size_t>(dim));
 }
 
 // Rings (window = capacity = context + columns, so every stored token is
@@ -212,7 +228,7 @@ std::unique_ptr<AttentionCase> MakeCase(const Shape& shape, const std::vector<fl
     c->v.assign(view.v, view.v + elements);
     c->view.k = c->k.data();
     c->view.v = c->v.data();
-  } else {
+  } else if (shape.dtype == DType::kBF16) {
     c->k16.resize(elements);
     c->v16.resize(elements);
     for (size_t i = 0; i < elements; ++i) {
@@ -223,6 +239,35 @@ std::unique_ptr<AttentionCase> MakeCase(const Shape& shape, const std::vector<fl
     c->view.v = nullptr;
     c->view.k_bf16 = c->k16.data();
     c->view.v_bf16 = c->v16.data();
+  } else {
+    // Every stored row (held or not) quantized once, as a cache writes it.
+    const size_t blocks = elements / kKvBlockValues;
+    const bool q8 = shape.dtype == DType::kQ8_0;
+    if (q8) {
+      c->k8.resize(blocks);
+      c->v8.resize(blocks);
+    } else {
+      c->k4.resize(blocks);
+      c->v4.resize(blocks);
+    }
+    const size_t per_row = static_cast<size_t>(shape.dim) / kKvBlockValues;
+    for (size_t row = 0; row < elements / static_cast<size_t>(shape.dim); ++row) {
+      const float* krow = view.k + row * shape.dim;
+      const float* vrow = view.v + row * shape.dim;
+      void* kd = q8 ? static_cast<void*>(&c->k8[row * per_row]) : &c->k4[row * per_row];
+      void* vd = q8 ? static_cast<void*>(&c->v8[row * per_row]) : &c->v4[row * per_row];
+      if (!StoreKvRow(KvTypeOf(shape.dtype), krow, shape.dim, kd).ok() ||
+          !StoreKvRow(KvTypeOf(shape.dtype), vrow, shape.dim, vd).ok()) {
+        std::fprintf(stderr, "attention_bench: StoreKvRow refused dim %d\n", shape.dim);
+        std::abort();
+      }
+    }
+    c->view.k = nullptr;
+    c->view.v = nullptr;
+    c->view.k_q8_0 = q8 ? c->k8.data() : nullptr;
+    c->view.v_q8_0 = q8 ? c->v8.data() : nullptr;
+    c->view.k_q4_0 = q8 ? nullptr : c->k4.data();
+    c->view.v_q4_0 = q8 ? nullptr : c->v4.data();
   }
   return c;
 }
@@ -537,7 +582,7 @@ std::pair<double, double> WalkEveryHead(benchmark::State& state, const Shape& sh
   const auto& cases = Cases(shape, rotate);
   double bytes = 0, pairs = 0;
   CountWork(*cases[0], shape, &bytes, &pairs);
-  const size_t head_bytes = cases[0]->view.head_stride * DTypeBytes(shape.dtype);
+  const size_t head_bytes = DTypeBytes(shape.dtype, cases[0]->view.head_stride);
   size_t next = 0;
   const double start = ProcessSeconds();
   for (auto _ : state) {
@@ -568,7 +613,7 @@ size_t ColdSlots(const Shape& shape) {
 // faster), one 4-byte load per 64-byte line. What the access pattern alone reaches on
 // this core: part of the decode's read limit when it beats the probes.
 void BM_DecodeWalk(benchmark::State& state, const Shape& shape) {
-  const size_t row_bytes = static_cast<size_t>(shape.dim) * DTypeBytes(shape.dtype);
+  const size_t row_bytes = DTypeBytes(shape.dtype, static_cast<size_t>(shape.dim));
   const size_t slots = ColdSlots(shape);
   const size_t block = std::max<size_t>(8, 8192 / row_bytes);
   uint64_t sum = 0;
@@ -607,7 +652,7 @@ void BM_DecodeFmaWalk(benchmark::State& state, const Shape& shape) {
   const bool bf16 = shape.dtype != DType::kF32;
   const bool segments =
       AttentionScoresInSegments() &&
-      dim * DTypeBytes(shape.dtype) < AttentionRequestsOn(bf16).segments_below;
+      DTypeBytes(shape.dtype, dim) < AttentionRequestsOn(bf16).segments_below;
   const std::vector<float> q(static_cast<size_t>(kGroup) * shape.dim, 0.01f);
   float sum = 0;
   WalkEveryHead(state, shape, [&](const char* head, bool keys) {
@@ -675,7 +720,7 @@ void RegisterThreaded(const std::vector<int64_t>& targets) {
         cold ? std::vector<int32_t>{16384, 32768}
              : std::vector<int32_t>(std::begin(kHotLengths), std::end(kHotLengths));
     for (const int32_t length : lengths) {
-      for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      for (const DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
         Shape shape;
         shape.context = length - 1;
         shape.columns = 1;
@@ -746,7 +791,7 @@ void RegisterAll() {
           ->Args({dim, length})
           ->Unit(benchmark::kMicrosecond);
     }
-    if (cold) {
+    if (cold && (dtype == DType::kF32 || dtype == DType::kBF16)) {  // the walks read f32 or bf16
       benchmark::RegisterBenchmark((std::string("BM_DecodeWalk/") + DTypeName(dtype)).c_str(),
                                    [shape](benchmark::State& state) { BM_DecodeWalk(state, shape); })
           ->Args({dim, length})
@@ -775,11 +820,13 @@ void RegisterAll() {
   };
   for (const int dim : kHeadDims) {
     for (const int32_t length : kDecodeLengths) {
-      for (const DType dtype : {DType::kF32, DType::kBF16}) decode(dim, dtype, length, true);
+      for (const DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+        decode(dim, dtype, length, true);
+      }
     }
   }
   for (const int32_t length : kHotLengths) {
-    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
       decode(kDefaultDim, dtype, length, false);
     }
   }
@@ -853,6 +900,12 @@ void RegisterAll() {
 // per step, about sqrt(256) * 2^-11 = 8e-3 over 256 slots (measured here:
 // 5.5e-3). Checked once per process, before the first ggml benchmark; a
 // mismatch fails every ggml run.
+// q8_0 and q4_0 K/V: the same blocks on both sides (ggml's quantize_row_*_ref
+// equals ours, BM_QuantizeGgml checks it), but ggml quantizes the query to
+// q8_0 for its dot products with the keys (q8_0's and q4_0's vec_dot_type),
+// so its scores carry that rounding too: a looser bound than f16's.
+constexpr float kGgmlQuantTolerance = 5e-2f;
+
 bool GgmlMatchesAttend(benchmark::State& state) {
   static int verdict = -1;  // -1 not yet checked
   if (verdict >= 0) {
@@ -861,7 +914,9 @@ bool GgmlMatchesAttend(benchmark::State& state) {
   }
   verdict = 1;
   for (const int32_t columns : {1, 16}) {
-    for (const bool f16 : {false, true}) {
+    for (const DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+      const bool f16 = dtype == DType::kBF16;  // ggml's f16 for our bf16 row
+      const bool quant = dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
       Shape shape;
       shape.context = columns == 1 ? 255 : 64;
       shape.columns = columns;
@@ -878,15 +933,19 @@ bool GgmlMatchesAttend(benchmark::State& state) {
         bench::GgmlRoundToF16(v.data(), v.size());
         bench::GgmlRoundToF16(q.data(), q.size());
       }
-      const std::unique_ptr<AttentionCase> c = MakeCase(shape, k, v);
+      Shape ours = shape;  // q8_0 and q4_0: our blocks; f32 otherwise (f16 values)
+      if (quant) ours.dtype = dtype;
+      const std::unique_ptr<AttentionCase> c = MakeCase(ours, k, v);
+      const std::unique_ptr<AttentionCase> plain = MakeCase(shape, k, v);
       // K/V as ggml takes them, [kv_heads][slots][dim].
       const size_t slots = static_cast<size_t>(c->view.slots);
       std::vector<float> kd(kKvHeads * slots * shape.dim), vd(kd.size());
       for (int kh = 0; kh < kKvHeads; ++kh) {
         for (int32_t t = 0; t < c->view.slots; ++t) {
           const size_t at = (static_cast<size_t>(kh) * slots + t) * shape.dim;
-          std::copy(c->view.Key(0, kh, t), c->view.Key(0, kh, t) + shape.dim, kd.begin() + at);
-          std::copy(c->view.Value(0, kh, t), c->view.Value(0, kh, t) + shape.dim,
+          std::copy(plain->view.Key(0, kh, t), plain->view.Key(0, kh, t) + shape.dim,
+                    kd.begin() + at);
+          std::copy(plain->view.Value(0, kh, t), plain->view.Value(0, kh, t) + shape.dim,
                     vd.begin() + at);
         }
       }
@@ -897,12 +956,15 @@ bool GgmlMatchesAttend(benchmark::State& state) {
       g.n_kv = c->view.slots;
       g.columns = columns;
       g.f16 = f16;
-      const std::string name = std::string("ggml FLASH_ATTN_EXT ") + (f16 ? "f16" : "f32") +
+      g.quant = KvTypeOf(dtype);
+      if (!quant) g.quant = KvType::kF32;
+      const std::string name = std::string("ggml FLASH_ATTN_EXT ") +
+                               (quant ? DTypeName(dtype) : f16 ? "f16" : "f32") +
                                (columns == 1 ? " decode" : " window");
       if (!PeerMatchesAttend(
               state, name.c_str(), q,
               [&](float* o) { bench::GgmlAttendOnce(g, q.data(), kd.data(), vd.data(), o); }, *c,
-              f16 ? 2e-2f : 1e-4f)) {
+              quant ? kGgmlQuantTolerance : f16 ? 2e-2f : 1e-4f)) {
         verdict = 0;
         return false;
       }
@@ -929,6 +991,15 @@ void RegisterGgmlPeers() {
         shape.n_kv = length;
         shape.f16 = f16;
         add(std::string("BM_DecodeGgml/") + (f16 ? "f16" : "f32"), shape, true, {dim, length});
+      }
+      for (const KvType quant : {KvType::kQ8_0, KvType::kQ4_0}) {
+        bench::GgmlAttentionShape shape;
+        shape.dim = dim;
+        shape.kv_heads = kKvHeads;
+        shape.q_heads = kQueryHeads;
+        shape.n_kv = length;
+        shape.quant = quant;
+        add(std::string("BM_DecodeGgml/") + KvTypeName(quant), shape, true, {dim, length});
       }
     }
   }
@@ -967,8 +1038,11 @@ void RegisterGgmlPeers() {
 
 // Called by bench/bench_main.cc.
 namespace kvspec::bench {
+void RegisterQuantizeBenchmarks();  // bench/quantize_bench.cc
+
 void RegisterBenchmarks() {
   kvspec::RegisterAll();
+  RegisterQuantizeBenchmarks();
 #ifdef KVSPEC_GGML_PEERS
   kvspec::RegisterGgmlPeers();
 #endif

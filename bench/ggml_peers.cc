@@ -11,10 +11,21 @@
 #include <memory>
 #include <vector>
 
+#include <dlfcn.h>
+#include <link.h>
+
 #include "kvspec/bench/records.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
+#include "ggml-cpu.h"
 #include "ggml.h"
+
+// ggml-base's reference quantizers (declared in ggml's src/ggml-quants.h,
+// which the bench build does not take out of the bundle).
+extern "C" {
+void quantize_row_q8_0_ref(const float* x, void* y, int64_t k);
+void quantize_row_q4_0_ref(const float* x, void* y, int64_t k);
+}
 
 #ifndef KVSPEC_GGML_BINS
 #error "KVSPEC_GGML_BINS (the folder of the prebuilt libggml*) must be defined"
@@ -75,6 +86,8 @@ void Write(ggml_tensor* t, const float* values) {
     std::memcpy(t->data, values, static_cast<size_t>(n) * sizeof(float));
   } else if (t->type == GGML_TYPE_F16) {
     ggml_fp32_to_fp16_row(values, static_cast<ggml_fp16_t*>(t->data), n);
+  } else if (t->type == GGML_TYPE_Q8_0 || t->type == GGML_TYPE_Q4_0) {
+    ggml_quantize_chunk(t->type, values, t->data, 0, n / t->ne[0], t->ne[0], nullptr);
   } else {
     Die("unexpected tensor type");
   }
@@ -178,8 +191,14 @@ size_t ColdCount(size_t bytes_per_case, size_t cold_bytes) {
 // ---------------------------------------------------------------------------
 // FLASH_ATTN_EXT
 
+ggml_type KvTensorType(const GgmlAttentionShape& s) {
+  if (s.quant == KvType::kQ8_0) return GGML_TYPE_Q8_0;
+  if (s.quant == KvType::kQ4_0) return GGML_TYPE_Q4_0;
+  return s.f16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+}
+
 std::unique_ptr<Set> AttentionSet(const GgmlAttentionShape& s, size_t count) {
-  const ggml_type type = s.f16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+  const ggml_type type = KvTensorType(s);
   return Build(
       count, 2, 2,
       [&](ggml_context* ctx) {
@@ -239,12 +258,13 @@ void GgmlAttendOnce(const GgmlAttentionShape& shape, const float* q, const float
 
 void GgmlAttentionBenchmark(benchmark::State& state, const GgmlAttentionShape& shape, bool cold,
                             size_t cold_bytes) {
-  const size_t kv_bytes = 2 * static_cast<size_t>(shape.kv_heads) * shape.n_kv * shape.dim *
-                          (shape.f16 ? 2 : 4);
+  const size_t kv_bytes = 2 * static_cast<size_t>(shape.kv_heads) * shape.n_kv *
+                          ggml_row_size(KvTensorType(shape), shape.dim);
   const size_t count = cold ? ColdCount(kv_bytes, cold_bytes) : 1;
   const std::string key = "attention/" + std::to_string(shape.dim) + "/" +
                           std::to_string(shape.n_kv) + "/" + std::to_string(shape.columns) + "/" +
-                          std::to_string(shape.f16) + "/" + std::to_string(count);
+                          std::to_string(shape.f16) + "/" +
+                          KvTypeName(shape.quant) + "/" + std::to_string(count);
   std::unique_ptr<Set>& set = Resident();
   if (!set || set->key != key) {
     set.reset();  // release the previous set first
@@ -277,6 +297,68 @@ void GgmlAttentionBenchmark(benchmark::State& state, const GgmlAttentionShape& s
     const double flops = pairs * iterations * shape.q_heads * 4.0 * shape.dim;
     state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
   }
+}
+
+// ---------------------------------------------------------------------------
+// Quantizers
+
+void GgmlQuantizeRefOnce(KvType type, const float* x, size_t n, void* out) {
+  if (type == KvType::kQ8_0) {
+    quantize_row_q8_0_ref(x, out, static_cast<int64_t>(n));
+  } else if (type == KvType::kQ4_0) {
+    quantize_row_q4_0_ref(x, out, static_cast<int64_t>(n));
+  } else {
+    Die("GgmlQuantizeRefOnce: not a block type");
+  }
+}
+
+namespace {
+
+// The loaded CPU variant's ggml_get_type_traits_cpu: the library named
+// libggml-cpu-* among those loaded, opened again (RTLD_NOLOAD) for dlsym.
+using TypeTraitsCpu = const ggml_type_traits_cpu* (*)(ggml_type);
+TypeTraitsCpu CpuTypeTraits() {
+  static TypeTraitsCpu traits = [] {
+    Backend();  // loads the variant
+    std::string path;
+    dl_iterate_phdr(
+        [](dl_phdr_info* info, size_t, void* data) {
+          const std::string name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+          if (name.find("libggml-cpu") != std::string::npos) *static_cast<std::string*>(data) = name;
+          return 0;
+        },
+        &path);
+    if (path.empty()) Die("no libggml-cpu* loaded");
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+    if (handle == nullptr) Die("could not reopen the CPU variant");
+    auto f = reinterpret_cast<TypeTraitsCpu>(dlsym(handle, "ggml_get_type_traits_cpu"));
+    if (f == nullptr) Die("the CPU variant has no ggml_get_type_traits_cpu");
+    return f;
+  }();
+  return traits;
+}
+
+}  // namespace
+
+void GgmlQuantizeBenchmark(benchmark::State& state, KvType type, size_t rows, size_t dim) {
+  const ggml_type t = type == KvType::kQ8_0 ? GGML_TYPE_Q8_0 : GGML_TYPE_Q4_0;
+  const ggml_from_float_t quantize = CpuTypeTraits()(t)->from_float;
+  if (quantize == nullptr) Die("no CPU quantizer");
+  std::vector<float> x(rows * dim);
+  Values values(0x7175616E74ull + dim);
+  for (float& e : x) e = values.Next();
+  const size_t row_bytes = ggml_row_size(t, static_cast<int64_t>(dim));
+  std::vector<uint8_t> out(rows * row_bytes);
+  for (auto _ : state) {
+    for (size_t r = 0; r < rows; ++r) {
+      quantize(x.data() + r * dim, out.data() + r * row_bytes, static_cast<int64_t>(dim));
+    }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(static_cast<double>(state.iterations()) *
+                                               static_cast<double>(x.size() * sizeof(float))));
+  state.SetLabel(Backend().label);
 }
 
 // ---------------------------------------------------------------------------

@@ -18,6 +18,8 @@
 #include <cstddef>
 #include <string>
 
+#include "kvspec/kernels/kv_blocks.h"
+
 namespace kvspec {
 namespace bench {
 
@@ -30,7 +32,9 @@ void GgmlRoundToF16(float* values, size_t n);
 // FLASH_ATTN_EXT: `columns` queries of `q_heads` heads over `n_kv` slots of
 // `kv_heads` heads (query head h reads KV head h / (q_heads / kv_heads)),
 // scale 1/sqrt(dim), precision F32 as llama.cpp sets it; K/V stored as f32
-// or f16. columns > 1: causal, query j sees slots 0 .. n_kv - columns + j.
+// or f16, or in ggml's q8_0 or q4_0 blocks (quant; quantized by ggml's
+// quantize_row_*_ref). columns > 1: causal, query j sees slots 0 .. n_kv -
+// columns + j.
 struct GgmlAttentionShape {
   int dim = 128;
   int kv_heads = 8;
@@ -38,6 +42,7 @@ struct GgmlAttentionShape {
   int n_kv = 0;
   int columns = 1;
   bool f16 = false;
+  KvType quant = KvType::kF32;  // kQ8_0 or kQ4_0: K/V in those blocks (f16 ignored)
 };
 // q, out: [columns][q_heads][dim]; k, v: [kv_heads][n_kv][dim] (fp32;
 // rounded to f16 when shape.f16).
@@ -47,6 +52,15 @@ void GgmlAttendOnce(const GgmlAttentionShape& shape, const float* q, const float
 // query head and admitted (query, slot) pair.
 void GgmlAttentionBenchmark(benchmark::State& state, const GgmlAttentionShape& shape, bool cold,
                             size_t cold_bytes);
+
+// ggml's quantize_row_q8_0_ref or quantize_row_q4_0_ref (ggml-base): x [n]
+// (n a multiple of 32) into n / 32 blocks at out.
+void GgmlQuantizeRefOnce(KvType type, const float* x, size_t n, void* out);
+// ggml's CPU quantizer of q8_0 or q4_0 (the loaded CPU variant's
+// from_float: quantize_row_q8_0, quantize_row_q4_0), as llama.cpp writes
+// its KV cache: `rows` rows of `dim` values per iteration (one token's keys
+// and values), hot.
+void GgmlQuantizeBenchmark(benchmark::State& state, KvType type, size_t rows, size_t dim);
 
 // GATED_DELTA_NET, one token, one sequence, scalar gate per head, K = 1.
 // ggml's conventions: value head h reads key head h % key_heads; the state

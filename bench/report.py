@@ -329,6 +329,39 @@ def table_rows(runs, path, rows):
                             "(DecodeFmaWalk) vs ggml f32, dim %d, %d tokens" % (dim, length),
                             "%.3f ms" % (seconds(fma) * 1e3), "ggml %.3f ms" % (seconds(g) * 1e3),
                             seconds(g) / seconds(fma), "", None)
+            # Quantized storage (q8_0, q4_0): against bf16, each other and ggml.
+            q8 = runs.get("BM_Decode/%s/q8_0/%d/%d" % (target, dim, length))
+            q4 = runs.get("BM_Decode/%s/q4_0/%d/%d" % (target, dim, length))
+            if q8 and bf16 and dim in (64, 128):
+                r = seconds(bf16) / seconds(q8)
+                row("q8_0 vs bf16 decode, dim %d, %d tokens" % (dim, length),
+                    "%.3f ms" % (seconds(q8) * 1e3), "bf16 %.3f ms" % (seconds(bf16) * 1e3), r,
+                    ">= 1.7x", r >= 1.7)
+            if q8 and q4:
+                r = seconds(q8) / seconds(q4)
+                row("q4_0 vs q8_0 decode, dim %d, %d tokens" % (dim, length),
+                    "%.3f ms" % (seconds(q4) * 1e3), "q8_0 %.3f ms" % (seconds(q8) * 1e3), r,
+                    ">= 1.5x", r >= 1.5)
+            for kv, ours in (("q8_0", q8), ("q4_0", q4)):
+                g = runs.get("BM_DecodeGgml/%s/%d/%d" % (kv, dim, length))
+                if g and ours:
+                    r = seconds(g) / seconds(ours)
+                    goal = kv == "q8_0"
+                    row("kvspec %s vs ggml %s decode, dim %d, %d tokens" % (kv, kv, dim, length),
+                        "%.3f ms" % (seconds(ours) * 1e3), "ggml %.3f ms" % (seconds(g) * 1e3),
+                        r, ">= 3x" if goal else "", (r >= 3) if goal else None)
+    # The quantizer, one token written, against ggml's CPU quantizer: within
+    # 2x (ggml's time over ours at least 0.5).
+    for dim in (64, 128, 256):
+        for kv in ("q8_0", "q4_0"):
+            ours = runs.get("BM_Quantize/%s/%s/%d" % (target, kv, dim))
+            g = runs.get("BM_QuantizeGgml/%s/%d" % (kv, dim))
+            if ours and g:
+                r = seconds(g) / seconds(ours)
+                goal = kv == "q8_0"
+                row("quantizer %s, one token (8 KV heads), dim %d" % (kv, dim),
+                    "%.0f ns" % (seconds(ours) * 1e9), "ggml %.0f ns" % (seconds(g) * 1e9), r,
+                    ">= 0.5" if goal else "", (r >= 0.5) if goal else None)
     for columns in (64, 128, 512):
         b = runs.get("BM_Window/%s/1024/%d" % (target, columns))
         if b and "fma_fraction" in b:

@@ -124,6 +124,21 @@ class Table(unittest.TestCase):
                               decode_rate=12e9)
         self.assertFalse(self.four_streams(rows))  # the goal met: no bound rows
 
+    def test_quantized_rows(self):
+        entries = [median("BM_PeakFma/AVX3", 1.0, flops=1.5e11),
+                   median("BM_Decode/AVX3/f32/64/16384", 8.0, unit="ms"),
+                   median("BM_Decode/AVX3/bf16/64/16384", 4.0, unit="ms"),
+                   median("BM_Decode/AVX3/q8_0/64/16384", 2.0, unit="ms"),
+                   median("BM_Decode/AVX3/q4_0/64/16384", 1.6, unit="ms"),
+                   median("BM_DecodeGgml/q8_0/64/16384", 7.0, unit="ms"),
+                   median("BM_Quantize/AVX3/q8_0/128", 800.0, unit="ns"),
+                   median("BM_QuantizeGgml/q8_0/128", 370.0, unit="ns")]
+        rows = self.table({"attention": entries})
+        self.assertEqual(rows["attention: q8_0 vs bf16 decode, dim 64, 16384 tokens"][2:], ["2.00", ">= 1.7x", "met"])
+        self.assertEqual(rows["attention: q4_0 vs q8_0 decode, dim 64, 16384 tokens"][2:], ["1.25", ">= 1.5x", "**not met**"])
+        self.assertEqual(rows["attention: kvspec q8_0 vs ggml q8_0 decode, dim 64, 16384 tokens"][2:], ["3.50", ">= 3x", "met"])
+        self.assertEqual(rows["attention: quantizer q8_0, one token (8 KV heads), dim 128"][2:], ["0.46", ">= 0.5", "**not met**"])
+
     def test_decode_under_its_goal_gives_its_loads_and_fmas_as_bound(self):
         rows = self.attention(decode_ms=6.0, ggml_ms=30.0, walk_ms=5.0, fma_walk=12.6e9)
         bound = self.fma_bound(rows)

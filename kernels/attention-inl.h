@@ -1,5 +1,5 @@
 // The SIMD building blocks of the attention kernel (kernels/attention.cc),
-// per Highway target: loading stored keys and values (fp32 or bf16), the
+// per Highway target (loading stored keys and values: kv_load-inl.h): the
 // score blocks (ScoreBlock, Scores), the weighted value sums (ValueBlock)
 // and the softmax steps (MaxOf, ExpShifted, SumOf). Every one applies the
 // same arithmetic to a slot whatever block it falls in, which is what makes
@@ -26,6 +26,7 @@
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "kvspec/kernels/in_register-inl.h"
+#include "kvspec/kernels/kv_load-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvspec {
@@ -34,17 +35,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
-
-// N lanes of stored keys or values as fp32: fp32 storage, or bf16 storage
-// (the upper half of an fp32) widened exactly.
-HWY_INLINE VF LoadLanes(DF d, const float* HWY_RESTRICT p) { return hn::LoadU(d, p); }
-HWY_INLINE VF LoadLanes(DF d, const uint16_t* HWY_RESTRICT p) {
-  const hn::Rebind<uint16_t, DF> d16;
-  const hn::RebindToUnsigned<DF> d32;
-  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(d32, hn::LoadU(d16, p))));
-}
-HWY_INLINE float Element(const float* p, int i) { return p[i]; }
-HWY_INLINE float Element(const uint16_t* p, int i) { return Bf16ToFloat(p[i]); }
 
 // out[i] = the sum of the lanes of v_i, for four vectors at once. Each sum
 // follows one tree whatever the other vectors hold: lanes (0 + 2) + (1 + 3)
@@ -214,10 +204,17 @@ HWY_INLINE void ScoreBlock(const float* HWY_RESTRICT q, int dim, const T* const*
     for (int s = 0; s < kS; ++s) acc[g][s] = hn::Zero(d);
   }
   int i = 0;
+  float sc[kS] = {};  // q8_0 and q4_0: the scales of the keys' current blocks
   for (; i + N <= dim; i += N) {
+    if constexpr (kValuesPerUnit<T> > 1) {
+      if (i % kKvBlockValues == 0) {
+        HWY_UNROLL(4)
+        for (int s = 0; s < kS; ++s) sc[s] = BlockScale(keys[s], static_cast<size_t>(i));
+      }
+    }
     VF k[kS];
     HWY_UNROLL(4)
-    for (int s = 0; s < kS; ++s) k[s] = LoadLanes(d, keys[s] + i);
+    for (int s = 0; s < kS; ++s) k[s] = LoadScaled(d, keys[s], static_cast<size_t>(i), sc[s]);
     HWY_UNROLL(4)
     for (int g = 0; g < kG; ++g) {
       const VF qv = InRegister(hn::LoadU(d, q + g * dim + i));
@@ -283,7 +280,7 @@ template <typename T>
 HWY_INLINE void Scores(const float* HWY_RESTRICT q, int group, int dim, const T* const* keys,
                        size_t n, float scale, float* HWY_RESTRICT scores, size_t stride,
                        Ahead<T> ahead) {
-  const size_t row_bytes = static_cast<size_t>(dim) * sizeof(T);
+  const size_t row_bytes = RowBytes<T>(static_cast<size_t>(dim));
   int g = 0;
   for (; g + 4 <= group; g += 4) {
     const float* qg = q + g * dim;
@@ -375,7 +372,7 @@ template <typename T>
 HWY_INLINE void SegmentKeys(const float* HWY_RESTRICT q, int dim, const T* const* keys,
                             size_t seg, size_t blocks, size_t ahead, RowRequest how, float scale,
                             float* HWY_RESTRICT side) {
-  const size_t row_bytes = static_cast<size_t>(dim) * sizeof(T);
+  const size_t row_bytes = RowBytes<T>(static_cast<size_t>(dim));
   const T* const* k[4] = {keys, keys + seg, keys + 2 * seg, keys + 3 * seg};
   for (size_t j = 0; j < std::min(ahead, seg); ++j) {
     for (int s = 0; s < 4; ++s) PrefetchSpan(k[s][j], row_bytes, how);
@@ -426,7 +423,7 @@ HWY_INLINE void ScoresInSegments(const float* HWY_RESTRICT q, int group, int dim
                                  float* HWY_RESTRICT side, const AttentionRequests& requests,
                                  float* HWY_RESTRICT maxima) {
   const DF d;
-  const size_t row_bytes = static_cast<size_t>(dim) * sizeof(T);
+  const size_t row_bytes = RowBytes<T>(static_cast<size_t>(dim));
   // Segments of a multiple of 16 rows, whose scores are not a multiple of
   // 4 KiB apart (the transpose's 16 store streams on the same L1 sets).
   size_t seg = n / 4 / 16 * 16;
@@ -498,10 +495,15 @@ HWY_INLINE void ValueBlock(const float* HWY_RESTRICT w, size_t stride, const T* 
     }
     for (size_t j = 0; j < n; ++j) {
       // The same lanes of another row, wanted soon (see Scores).
-      if (j < ahead.n) PrefetchSpan(ahead.rows[j] + i, kV * N * sizeof(T), ahead.how);
+      if (j < ahead.n) PrefetchSpan(LaneAddress(ahead.rows[j], i), LaneBytes<T>(kV * N), ahead.how);
       VF v[kV];
+      float sc = 0.0f;  // q8_0 and q4_0: the scale of the current block
       HWY_UNROLL(8)
-      for (int c = 0; c < kV; ++c) v[c] = LoadLanes(d, values[j] + i + c * N);
+      for (int c = 0; c < kV; ++c) {
+        const size_t lane = static_cast<size_t>(i + c * N);
+        if (c == 0 || lane % kKvBlockValues == 0) sc = BlockScale(values[j], lane);
+        v[c] = LoadScaled(d, values[j], lane, sc);
+      }
       HWY_UNROLL(4)
       for (int g = 0; g < kG; ++g) {
         const VF wv = hn::Set(d, w[g * stride + j]);
@@ -524,9 +526,9 @@ HWY_INLINE void ValueBlock(const float* HWY_RESTRICT w, size_t stride, const T* 
       a[g][1] = hn::LoadU(d, acc + g * dim + i + N);
     }
     for (size_t j = 0; j < n; ++j) {
-      if (j < ahead.n) PrefetchSpan(ahead.rows[j] + i, 2 * N * sizeof(T), ahead.how);
-      const VF v0 = LoadLanes(d, values[j] + i);
-      const VF v1 = LoadLanes(d, values[j] + i + N);
+      if (j < ahead.n) PrefetchSpan(LaneAddress(ahead.rows[j], i), LaneBytes<T>(2 * N), ahead.how);
+      const VF v0 = LoadAt(d, values[j], static_cast<size_t>(i));
+      const VF v1 = LoadAt(d, values[j], static_cast<size_t>(i + N));
       HWY_UNROLL(4)
       for (int g = 0; g < kG; ++g) {
         const VF wv = hn::Set(d, w[g * stride + j]);
@@ -541,13 +543,13 @@ HWY_INLINE void ValueBlock(const float* HWY_RESTRICT w, size_t stride, const T* 
     }
   }
   // The rows past n, or all of them when no whole chunk prefetched any.
-  PrefetchRows(ahead, i == 0 ? 0 : n, ahead.n, static_cast<size_t>(dim) * sizeof(T));
+  PrefetchRows(ahead, i == 0 ? 0 : n, ahead.n, RowBytes<T>(static_cast<size_t>(dim)));
   for (; i + N <= dim; i += N) {
     VF a[kG];
     HWY_UNROLL(4)
     for (int g = 0; g < kG; ++g) a[g] = hn::LoadU(d, acc + g * dim + i);
     for (size_t j = 0; j < n; ++j) {
-      const VF v0 = LoadLanes(d, values[j] + i);
+      const VF v0 = LoadAt(d, values[j], static_cast<size_t>(i));
       HWY_UNROLL(4)
       for (int g = 0; g < kG; ++g) a[g] = hn::MulAdd(hn::Set(d, w[g * stride + j]), v0, a[g]);
     }

@@ -188,7 +188,8 @@ struct AttendCall {
     AttendScratch<T>& scratch = ThreadScratch<T>();
     scratch.Prepare(*p);
     const QueryTile tile = MakeTile(*mask, task.r, task.q0, task.q1);
-    const size_t head = task.r * kv->row_stride + task.kh * kv->head_stride;
+    const size_t head =
+        (task.r * kv->row_stride + task.kh * kv->head_stride) / kValuesPerUnit<T>;  // units of T
     if (task.chunk < 0) {
       AttendHead(*p, tile, task.kh, q, k_base + head, v_base + head, scratch, out);
     } else {
@@ -251,10 +252,19 @@ void AttendTyped(const float* HWY_RESTRICT q, int q_heads, const KvView& kv, con
 
 void AttendImpl(const float* HWY_RESTRICT q, int q_heads, const KvView& kv,
                 const Mask& mask, float* HWY_RESTRICT out, const AttendOptions& options) {
-  if (kv.bf16()) {
-    AttendTyped(q, q_heads, kv, mask, kv.k_bf16, kv.v_bf16, out, options);
-  } else {
-    AttendTyped(q, q_heads, kv, mask, kv.k, kv.v, out, options);
+  switch (kv.type()) {
+    case KvType::kQ8_0:
+      AttendTyped(q, q_heads, kv, mask, kv.k_q8_0, kv.v_q8_0, out, options);
+      break;
+    case KvType::kQ4_0:
+      AttendTyped(q, q_heads, kv, mask, kv.k_q4_0, kv.v_q4_0, out, options);
+      break;
+    case KvType::kBf16:
+      AttendTyped(q, q_heads, kv, mask, kv.k_bf16, kv.v_bf16, out, options);
+      break;
+    case KvType::kF32:
+      AttendTyped(q, q_heads, kv, mask, kv.k, kv.v, out, options);
+      break;
   }
 }
 
@@ -283,6 +293,11 @@ void AttendWith(const float* q, int q_heads, const KvView& kv, const Mask& mask,
   if (q_heads < 1 || kv.kv_heads < 1 || q_heads % kv.kv_heads != 0) {
     std::fprintf(stderr, "kvspec::Attend: %d query heads over %d KV heads (need a multiple)\n",
                  q_heads, kv.kv_heads);
+    std::abort();
+  }
+  const Status storage = CheckKvType(kv.type(), kv.dim);
+  if (!storage.ok()) {
+    std::fprintf(stderr, "kvspec::Attend: %s\n", storage.message().c_str());
     std::abort();
   }
   if (options.chunk < 0 || options.chunk % kAttendChunkMultiple != 0) {

@@ -9,6 +9,10 @@
 // hold (NaN included): they are never read. A query that sees nothing
 // (a pad query) gets zeros.
 //
+// Keys and values are read as stored (KvView): fp32, bf16, or q8_0 and q4_0
+// blocks dequantized in registers (exact), so over blocks Attend gives the
+// bits it gives over fp32 copies of their values.
+//
 // AttendReference is the plain scalar definition. Attend is the Highway
 // version, dispatched to the best target once per call. Both accumulate
 // over the admitted slots in slot order with per-slot arithmetic that does
@@ -74,7 +78,7 @@ enum class RowRequest : uint8_t {
   kL2,           // prefetcht1
   kNonTemporal,  // prefetchnta: read once, kept out of the outer caches
 };
-// The requests Attend makes on this CPU for bf16 (bf16) or fp32 storage
+// The requests Attend makes on this CPU for bf16 (bf16: also q8_0 and q4_0) or fp32 storage
 // (see ForEachBlock in attention_blocks-inl.h, ScorePass in
 // attention_passes-inl.h, and attention_requests.cc for why each CPU gets
 // its own):

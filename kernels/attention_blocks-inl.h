@@ -67,14 +67,15 @@ HWY_INLINE AttendPlan MakePlan(int q_heads, const KvView& kv, const Mask& mask) 
   // prefetch of the next sooner), 16 KiB when many queries share each block.
   const size_t block_bytes = p.queries == 1 ? 8192 : 16384;
   p.block = static_cast<int32_t>(
-      std::max<size_t>(8, block_bytes / (static_cast<size_t>(p.dim) * sizeof(T))));
+      std::max<size_t>(8, block_bytes / RowBytes<T>(static_cast<size_t>(p.dim))));
   // Queries go in tiles of 32: a tile's scores ([32][group][slots]) stay
   // in L2 or L3 between its score, softmax and value passes, where those of
   // a forward of 512 queries would not, and each tile reads the admitted
   // keys and values once (a window forward of 512 queries about 16% faster
   // than untiled). A query's arithmetic does not depend on its tile.
   p.tile = std::min<int32_t>(p.queries, 32);
-  p.requests = AttentionRequestsOn(sizeof(T) == 2);
+  // q8_0 and q4_0 rows, shorter still than bf16's, take bf16's requests.
+  p.requests = AttentionRequestsOn(sizeof(T) != sizeof(float));
   return p;
 }
 
@@ -156,7 +157,7 @@ struct Block {
   int32_t min, max;
 };
 
-// out[i] = first + i * dim for i < n (n a multiple of the vector length of
+// out[i] = first + i * dim for i < n, dim in units of T (n a multiple of the vector length of
 // 32-bit lanes): with 64-bit pointers, whole vectors of addresses at a time
 // (cold decode up to 3% faster at dim 64 than one address at a time).
 template <typename T>
@@ -191,7 +192,7 @@ HWY_INLINE void GatherBlock(const AttendPlan& p, const QueryTile& tile, const T*
   const hn::ScalableTag<int32_t> di;
   const int32_t N = static_cast<int32_t>(hn::Lanes(di));
   const int32_t slots = p.slots;
-  const size_t dim = static_cast<size_t>(p.dim);
+  const size_t dim = RowUnits<T>(static_cast<size_t>(p.dim));  // a row, in units of T
   const int32_t min_lo = tile.min_lo;
   const int32_t max_hi = tile.max_hi;
   const int32_t* pos = tile.pos;
@@ -268,7 +269,7 @@ HWY_INLINE void ForEachBlock(const AttendPlan& p, const QueryTile& tile, const T
                              int32_t end) {
   const int32_t slots = end;
   const int32_t block = p.block;
-  const size_t row_bytes = static_cast<size_t>(p.dim) * sizeof(T);
+  const size_t row_bytes = RowBytes<T>(static_cast<size_t>(p.dim));
   const T** ptrs = scratch.ptrs.data();
   Block<T> cur{scratch.block_pos.data(), scratch.block_rows.data(), 0, 0, 0};
   Block<T> next{cur.pos + block, cur.rows + block, 0, 0, 0};

@@ -102,7 +102,7 @@ HWY_INLINE bool ScorePass(const AttendPlan& p, const QueryTile& tile, const T* k
 #if KVSPEC_SUMS_OF_16
   if (tile.q1 - tile.q0 == 1 && p.group % 4 == 0 &&
       static_cast<size_t>(end - begin) >= kSegmentsFrom &&
-      static_cast<size_t>(p.dim) * sizeof(T) < p.requests.segments_below) {
+      RowBytes<T>(static_cast<size_t>(p.dim)) < p.requests.segments_below) {
     const size_t most = static_cast<size_t>(end - begin);
     if (scratch.all_pos.size() < most) {
       scratch.all_pos.resize(most);

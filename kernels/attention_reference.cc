@@ -11,10 +11,10 @@ namespace kvspec {
 namespace {
 
 float StoredKey(const KvView& kv, int r, int h, int32_t s, int i) {
-  return kv.bf16() ? Bf16ToFloat(kv.KeyBf16(r, h, s)[i]) : kv.Key(r, h, s)[i];
+  return kv.KeyAt(r, h, s, i);
 }
 float StoredValue(const KvView& kv, int r, int h, int32_t s, int i) {
-  return kv.bf16() ? Bf16ToFloat(kv.ValueBf16(r, h, s)[i]) : kv.Value(r, h, s)[i];
+  return kv.ValueAt(r, h, s, i);
 }
 
 }  // namespace

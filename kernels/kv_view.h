@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kvspec/kernels/kv_blocks.h"
+
 namespace kvspec {
 
 // bfloat16 <-> fp32. Bf16ToFloat is exact; FloatToBf16 rounds to nearest
@@ -39,6 +41,14 @@ struct KvView {
   // engine (and the benchmarks) run the same kernels over half the bytes.
   const uint16_t* k_bf16 = nullptr;
   const uint16_t* v_bf16 = nullptr;
+  // q8_0 or q4_0 blocks (kernels/kv_blocks.h), at most one pair set; then
+  // the kernels read them instead: [rows][kv_heads][capacity][dim / 32]
+  // blocks, with the strides below still counted in values (dim a multiple
+  // of 32: CheckKvType).
+  const BlockQ8_0* k_q8_0 = nullptr;
+  const BlockQ8_0* v_q8_0 = nullptr;
+  const BlockQ4_0* k_q4_0 = nullptr;
+  const BlockQ4_0* v_q4_0 = nullptr;
   size_t head_stride = 0;    // capacity * dim
   size_t row_stride = 0;     // kv_heads * capacity * dim
   int rows = 0;
@@ -76,6 +86,56 @@ struct KvView {
     return v + row * row_stride + head * head_stride + static_cast<size_t>(slot) * dim;
   }
   bool bf16() const { return k_bf16 != nullptr; }
+  // The storage type the kernels read.
+  KvType type() const {
+    if (k_q8_0 != nullptr) return KvType::kQ8_0;
+    if (k_q4_0 != nullptr) return KvType::kQ4_0;
+    return bf16() ? KvType::kBf16 : KvType::kF32;
+  }
+  // The first block of a stored row of q8_0 or q4_0.
+  size_t BlockOffset(int row, int head, int32_t slot) const {
+    return (row * row_stride + head * head_stride + static_cast<size_t>(slot) * dim) /
+           kKvBlockValues;
+  }
+  const BlockQ8_0* KeyQ8_0(int row, int head, int32_t slot) const {
+    return k_q8_0 + BlockOffset(row, head, slot);
+  }
+  const BlockQ8_0* ValueQ8_0(int row, int head, int32_t slot) const {
+    return v_q8_0 + BlockOffset(row, head, slot);
+  }
+  const BlockQ4_0* KeyQ4_0(int row, int head, int32_t slot) const {
+    return k_q4_0 + BlockOffset(row, head, slot);
+  }
+  const BlockQ4_0* ValueQ4_0(int row, int head, int32_t slot) const {
+    return v_q4_0 + BlockOffset(row, head, slot);
+  }
+  // Stored value i of a key or value row, as fp32 (exact), whatever the type.
+  float KeyAt(int row, int head, int32_t slot, int i) const {
+    switch (type()) {
+      case KvType::kQ8_0:
+        return BlockValue(KeyQ8_0(row, head, slot), i);
+      case KvType::kQ4_0:
+        return BlockValue(KeyQ4_0(row, head, slot), i);
+      case KvType::kBf16:
+        return Bf16ToFloat(KeyBf16(row, head, slot)[i]);
+      case KvType::kF32:
+        break;
+    }
+    return Key(row, head, slot)[i];
+  }
+  float ValueAt(int row, int head, int32_t slot, int i) const {
+    switch (type()) {
+      case KvType::kQ8_0:
+        return BlockValue(ValueQ8_0(row, head, slot), i);
+      case KvType::kQ4_0:
+        return BlockValue(ValueQ4_0(row, head, slot), i);
+      case KvType::kBf16:
+        return Bf16ToFloat(ValueBf16(row, head, slot)[i]);
+      case KvType::kF32:
+        break;
+    }
+    return Value(row, head, slot)[i];
+  }
   const uint16_t* KeyBf16(int row, int head, int32_t slot) const {
     return k_bf16 + row * row_stride + head * head_stride + static_cast<size_t>(slot) * dim;
   }
