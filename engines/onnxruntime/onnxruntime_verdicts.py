@@ -4,11 +4,11 @@ buffer setting and compares the verdicts with a checked-in file, so that a
 change on either side (the corpus, kvspec's core, the adapter, the pinned
 onnxruntime-node) shows.
 
-    verdicts.py --repo DIR --buffer B --check FILE    # the ctest (label engine)
-    verdicts.py --repo DIR --buffer B --write FILE    # regenerate FILE
-    verdicts.py --repo DIR --buffer B --random N [--seed S] [--out DIR]
+    onnxruntime_verdicts.py --repo DIR --buffer B --check FILE    # the ctest (label engine)
+    onnxruntime_verdicts.py --repo DIR --buffer B --write FILE    # regenerate FILE
+    onnxruntime_verdicts.py --repo DIR --buffer B --random N [--seed S] [--out DIR]
                                                       # random mode, --keep-going
-    verdicts.py --repo DIR --overnight                # every setting, --random 300
+    onnxruntime_verdicts.py --repo DIR --overnight                # every setting, --random 300
     (--ring-rollback replay: the adapter's ring_rollback=replay setting)
 
 Needs kvspec's compiled module on PYTHONPATH (the runner compares with kvspec's
@@ -178,7 +178,7 @@ def main() -> int:
             print(messages[f])
     if args.write:
         with open(args.write, "w") as fh:
-            fh.write("# kvspec corpus verdicts for ONNX Runtime (engines/onnxruntime/verdicts.py)\n")
+            fh.write("# kvspec corpus verdicts for ONNX Runtime (engines/onnxruntime/onnxruntime_verdicts.py)\n")
             fh.write("# settings: %s\n" % settings_name(args.buffer))
             fh.write("\n".join(lines) + "\n")
         print("wrote %d verdicts to %s (%.0f s)" % (len(lines), args.write, took))

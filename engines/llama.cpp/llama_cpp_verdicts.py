@@ -3,8 +3,8 @@
 checked-in file, so that a change on either side (the corpus, kvspec's core,
 the adapter, the pinned llama.cpp) shows.
 
-    verdicts.py --repo DIR [--setting KEY=VALUE]... --check FILE   # the ctest (label engine)
-    verdicts.py --repo DIR [--setting KEY=VALUE]... --write FILE   # regenerate FILE
+    llama_cpp_verdicts.py --repo DIR [--setting KEY=VALUE]... --check FILE   # the ctest (label engine)
+    llama_cpp_verdicts.py --repo DIR [--setting KEY=VALUE]... --write FILE   # regenerate FILE
 
 Needs kvspec's compiled module on PYTHONPATH (the runner compares with
 kvspec's core). Each trace's verdict is `pass FILE`, `fail FILE:LINE` or
@@ -117,7 +117,7 @@ def main():
             print(messages[f])
     if args.write:
         with open(args.write, "w") as fh:
-            fh.write("# kvspec corpus verdicts for llama.cpp (engines/llama.cpp/verdicts.py)\n")
+            fh.write("# kvspec corpus verdicts for llama.cpp (engines/llama.cpp/llama_cpp_verdicts.py)\n")
             fh.write("# settings: %s%s\n" % (args.settings or "defaults",
                                              " (lenient refusals)" if args.lenient else ""))
             fh.write("\n".join(lines) + "\n")
