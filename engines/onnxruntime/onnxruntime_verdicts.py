@@ -20,6 +20,7 @@ message, never skips, when the engine is missing.
 import argparse
 import glob
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -116,6 +117,32 @@ def random_mode(repo: str, buffer: str, n: int, seed: int, out: Optional[str],
     return p.returncode
 
 
+def check_reported(repo: str, buffer: str, out: Optional[str], rc: int,
+                   env: Dict[str, str]) -> int:
+    """A random run reported rather than crashed: exit 0 or 1 with the summary
+    line (random_mode printed its output), and each shrunk failure written
+    to `out` fails again on its own, so it is a standalone reproducer."""
+    if rc not in (0, 1) or not out:
+        print("engine: the random mode ended with exit %d, not a report" % rc)
+        return 1
+    traces = sorted(glob.glob(os.path.join(out, "*.trace")))
+    if rc == 1 and not traces:
+        print("engine: the random mode failed but wrote no shrunk trace to %s" % out)
+        return 1
+    for trace in traces:
+        p = subprocess.run([sys.executable, "-m", "kvspec.conform"] + adapter_args(buffer) +
+                           [trace], cwd=repo, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        if p.returncode != 1:
+            print("engine: %s: expected it to fail on its own (exit 1), got exit %d:\n%s" % (
+                trace, p.returncode, p.stdout))
+            return 1
+        print("engine: %s fails on its own: %s" % (
+            os.path.basename(trace), (p.stdout.strip().splitlines() or [""])[0]))
+    print("1 passed, 0 failed")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repo", required=True)
@@ -130,8 +157,10 @@ def main() -> int:
     ap.add_argument("--out")
     ap.add_argument("--time-budget", type=float)
     ap.add_argument("--kinds", help="with --random: the runner's --kinds")
-    ap.add_argument("--expect-random", choices=("pass", "fail"),
-                    help="with --random: the exit status expected (pass: 0, fail: 1)")
+    ap.add_argument("--expect-random", choices=("pass", "fail", "reported"),
+                    help="with --random: the exit status expected (pass: 0, fail: 1), or "
+                         "reported: the run ends with its summary line, and every shrunk "
+                         "failure it wrote fails again when run alone on the engine")
     ap.add_argument("--overnight", action="store_true",
                     help="every buffer setting: the corpus, then --random 300")
     args = ap.parse_args()
@@ -156,8 +185,12 @@ def main() -> int:
             random_mode(repo, b, 300, args.seed, None, dict(env), None)
         return status
     if args.random is not None:
+        if args.expect_random == "reported" and args.out:
+            shutil.rmtree(args.out, ignore_errors=True)  # only this run's traces are checked
         rc = random_mode(repo, args.buffer, args.random, args.seed, args.out, env, args.time_budget,
                          args.kinds)
+        if args.expect_random == "reported":
+            return check_reported(repo, args.buffer, args.out, rc, env)
         if args.expect_random:
             expected_rc = 0 if args.expect_random == "pass" else 1
             if rc != expected_rc:
