@@ -21,6 +21,8 @@ import os
 import subprocess
 import sys
 
+from kvspec.conform import verdict_of_line
+
 ADAPTER = "llama_cpp"  # kvspec.adapters.llama_cpp
 
 
@@ -34,18 +36,6 @@ def corpus(repo):
     return [os.path.relpath(f, repo) for f in files]
 
 
-def verdict(line):
-    """(file, verdict text) from one runner output line, or None."""
-    if line.startswith("pass "):
-        f = line[5:].split(" ")[0]
-        return f, "pass " + f
-    if line.startswith("fail "):
-        where = line[5:].split(": ")[0]
-        return where.split(":")[0], "fail " + where
-    if line.startswith("not applicable "):
-        f = line[len("not applicable "):].split(": ")[0]
-        return f, "not applicable " + f
-    return None
 
 
 def run(repo, files, env, messages, lenient=False, settings=()):
@@ -61,7 +51,7 @@ def run(repo, files, env, messages, lenient=False, settings=()):
                            cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
         for line in p.stdout.splitlines():
-            v = verdict(line)
+            v = verdict_of_line(line)
             if v and v[0] in todo:
                 out[v[0]] = v[1]
                 messages[v[0]] = line

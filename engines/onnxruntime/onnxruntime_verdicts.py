@@ -26,6 +26,8 @@ import sys
 import time
 from typing import Dict, List, Optional, Tuple
 
+from kvspec.conform import verdict_of_line
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUFFERS = ("full", "shared", "ring")
 
@@ -52,18 +54,6 @@ def settings_name(buffer: str) -> str:
                             ", ring_rollback=" + RING_ROLLBACK)
 
 
-def verdict(line: str) -> Optional[Tuple[str, str]]:
-    """(file, verdict text) from one runner output line, or None."""
-    if line.startswith("pass "):
-        f = line[5:].split(" ")[0]
-        return f, "pass " + f
-    if line.startswith("fail "):
-        where = line[5:].split(": ")[0]
-        return where.split(":")[0], "fail " + where
-    if line.startswith("not applicable "):
-        f = line[len("not applicable "):].split(": ")[0]
-        return f, "not applicable " + f
-    return None
 
 
 def run_corpus(repo: str, files: List[str], args: List[str], env: Dict[str, str],
@@ -72,7 +62,7 @@ def run_corpus(repo: str, files: List[str], args: List[str], env: Dict[str, str]
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = {}
     for line in p.stdout.splitlines():
-        v = verdict(line)
+        v = verdict_of_line(line)
         if v and v[0] in files:
             out[v[0]] = v[1]
             messages[v[0]] = line

@@ -38,7 +38,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Type, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Type, Union
 
 from . import adapters
 from . import program as programs
@@ -84,6 +84,22 @@ class Result:
         if self.unchecked:
             d["unchecked"] = dict(self.unchecked)
         return d
+
+
+def verdict_of_line(line: str) -> Optional[Tuple[str, str]]:
+    """The inverse of a result's text, as the engines' verdict files keep it:
+    (file, "pass FILE" / "fail FILE:LINE" / "not applicable FILE") from one
+    runner output line, or None for any other line."""
+    if line.startswith("pass "):
+        f = line[5:].split(" ")[0]
+        return f, "pass " + f
+    if line.startswith("fail "):
+        where = line[5:].split(": ")[0]
+        return where.split(":")[0], "fail " + where
+    if line.startswith("not applicable "):
+        f = line[len("not applicable "):].split(": ")[0]
+        return f, "not applicable " + f
+    return None
 
 
 def load_adapter(spec: AdapterSpec, settings: Optional[Mapping[str, str]] = None,
