@@ -2,7 +2,7 @@
 // bytes from JavaScript (no onnx package needed). Shapes are symbolic, so one
 // model serves every batch size, sequence length and head size.
 
-function varint(n) {
+export function varint(n) {
   const out = [];
   let v = BigInt(n);
   if (v < 0n) v += 1n << 64n;
@@ -15,10 +15,10 @@ function varint(n) {
   return out;
 }
 const enc = new TextEncoder();
-function field(num, wire, payload) { return [...varint((num << 3) | wire), ...payload]; }
-function bytesField(num, data) { return field(num, 2, [...varint(data.length), ...data]); }
-function str(num, s) { return bytesField(num, [...enc.encode(s)]); }
-function int(num, v) { return field(num, 0, varint(v)); }
+export function field(num, wire, payload) { return [...varint((num << 3) | wire), ...payload]; }
+export function bytesField(num, data) { return field(num, 2, [...varint(data.length), ...data]); }
+export function str(num, s) { return bytesField(num, [...enc.encode(s)]); }
+export function int(num, v) { return field(num, 0, varint(v)); }
 
 // AttributeProto: name=1, f=2, i=3, s=4, type=20 (FLOAT 1, INT 2, STRING 3).
 function attr(name, value) {
@@ -31,7 +31,7 @@ function attr(name, value) {
 }
 // ValueInfoProto with a tensor type of elem_type (1 float, 6 int32) and dims
 // (numbers are fixed, strings symbolic).
-function valueInfo(name, elem, dims) {
+export function valueInfo(name, elem, dims) {
   const dimBytes = dims.flatMap((d) => bytesField(1, typeof d === "number" ? int(1, d) : str(2, d)));
   const tensor = [...int(1, elem), ...bytesField(2, dimBytes)];
   return [...str(1, name), ...bytesField(2, bytesField(1, tensor))];
