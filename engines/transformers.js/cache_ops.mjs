@@ -34,8 +34,9 @@ export async function forward(c, step) {
   try {
     outputs = await run(c, step);
   } catch (e) {
-    if (/batch_size must be 1|sequence_length shall be 1|too small for sequence_length/.test(e.message))
-      throw new NotApplicable(`GroupQueryAttention refuses this batched call (${e.message.split("\n")[0].slice(0, 160)})`);
+    const m = /Status Message: (.*)/.exec(e.message);
+    if (m && /batch_size must be 1|sequence_length shall be 1|too small for sequence_length|is out of range/.test(m[1]))
+      throw new NotApplicable(`GroupQueryAttention refuses the call: ${m[1].slice(0, 120)}`);
     throw e;
   }
   for (let r = 0; r < c.rows; r++) c.next[r] += ids[r].length;
@@ -79,7 +80,7 @@ export async function trim(c, n, bypass) {
 }
 
 function snapshot(c) {
-  return { mask: c.mask && c.mask.slice(), pkv: cloneEntries(c.pkv), ids: c.ids.map((r) => r.slice()), columns: c.columns, next: c.next.slice() };
+  return { mask: c.mask && c.mask.slice(), pkv: cloneEntries(c.pkv), ids: c.ids.map((r) => r.slice()), columns: c.columns, dl: c.dl };
 }
 
 export function arm(c) {
@@ -105,6 +106,7 @@ export async function accept(c, keep) {
       throw new NotApplicable(`accept ${keep}: row ${r}'s rejected columns hold padding; transformers.js has no per-row rollback`);
     c.mask = s.mask; c.pkv = s.columns ? new DynamicCache(cloneEntries(s.pkv)) : null;
     c.ids = s.ids.map((r) => r.slice()); c.columns = s.columns; c.pending = null;
+    c.dl = s.dl; c.layers = modelLayers(c.specs, s.dl); // widened again by the next run
     if (v.columns > n) {
       const step = { columns: v.columns - n, ids: v.ids.map((g) => g.slice(0, g.length - n)),
         positions: v.positions.map((g) => g.slice(0, g.length - n)), left: v.left, right: v.right.map(() => 0), decode: false };

@@ -176,7 +176,12 @@ function ssmLayer(g, m, i, label) {
   const U = g.op("Transpose", [u[0]], { perm: [0, 2, 1] }); // [B,S,C]
   const l2 = (a) => {
     const h = g.op("Reshape", [g.op("Slice", [U, g.ints([a]), g.ints([a + Hk * dk]), g.ints([2])]), g.ints([0, 0, Hk, dk])]);
-    const n = g.op("Sqrt", [g.op("Add", [g.op("ReduceSum", [g.op("Mul", [h, h]), g.ints([3])], { keepdims: 1 }), g.float(1e-6)])]);
+    // the sum of squares term by term: ReduceSum's order depends on the shape,
+    // and a window must give the states of its decodes bit for bit
+    const sq = g.op("Mul", [h, h]);
+    let sum = g.op("Slice", [sq, g.ints([0]), g.ints([1]), g.ints([3])]);
+    for (let j = 1; j < dk; j++) sum = g.op("Add", [sum, g.op("Slice", [sq, g.ints([j]), g.ints([j + 1]), g.ints([3])])]);
+    const n = g.op("Sqrt", [g.op("Add", [sum, g.float(1e-6)])]);
     return g.op("Reshape", [g.op("Div", [h, n]), g.ints([0, 0, Hk * dk])]);
   };
   const q = l2(0), k = l2(Hk * dk), v = g.op("Slice", [U, g.ints([2 * Hk * dk]), g.ints([C]), g.ints([2])]);
