@@ -204,10 +204,11 @@ export async function extract(c, row) {
   if (e.mask) {
     const cols = [];
     for (let t = 0; t < e.columns; t++) if (e.mask.data[t] === 1n) cols.push(t);
-    const upd = {};
-    for (const k of kvNames(e)) upd[k] = cat(cols.map((t) => e.pkv[k].slice(null, null, [t, t + 1], null)), 2);
-    if (cols.length) e.pkv.update(upd);
-    else e.pkv = null;
+    if (cols.length) {
+      const upd = {};
+      for (const k of kvNames(e)) upd[k] = cat(cols.map((t) => e.pkv[k].slice(null, null, [t, t + 1], null)), 2);
+      e.pkv.update(upd);
+    } else e.pkv = null; // no token yet: the states are still zero
     e.mask = cols.length ? new Tensor("int64", cols.map(() => 1n), [1, cols.length]) : null;
     e.ids = [cols.map((t) => e.ids[0][t])];
     e.columns = cols.length;
