@@ -10,7 +10,7 @@
 import v8 from "node:v8";
 import { Tensor, DynamicCache, cat } from "@huggingface/transformers";
 import { modelLayers } from "./models.mjs";
-import { Cache, run, observe, settle, cloneEntries, Refused, NotApplicable } from "./engine.mjs";
+import { Cache, run, observe, settle, widen, cloneEntries, Refused, NotApplicable } from "./engine.mjs";
 
 const MAX_TOKENS_PER_ROW = 1000000;
 const hasSsm = (c) => c.specs.some((s) => s.kind === "ssm");
@@ -162,8 +162,8 @@ export async function join(c, other) {
   if (c.armed || other.armed) throw new Refused("join while a round is armed");
   if (c.specs.map(shape).join() !== other.specs.map(shape).join()) throw new Refused("join: the layer lists differ");
   await settle(c); await settle(other);
-  if (c.dl !== other.dl) throw new NotApplicable("join: the two caches were made with probe models of different widths");
   const o = copy(other);
+  await widen(c); await widen(o); // the probe layers of both at the same width
   const W = Math.max(c.columns, o.columns);
   const a = c.pkv ? cloneEntries(c.pkv) : null, b = o.pkv ? cloneEntries(o.pkv) : null;
   if (a || b) {

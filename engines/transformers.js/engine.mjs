@@ -157,7 +157,7 @@ export async function settle(c) {
 }
 
 // Widens the probe layers' K/V to the current probe width (zeros: no label).
-async function widen(c) {
+export async function widen(c) {
   const dl = neededWidth();
   if (c.dl === dl) return;
   await settle(c);
