@@ -132,3 +132,48 @@ def test_conform_html_option(tmp_path: Path) -> None:
     line = int(stmt[0][1].split(":")[1])
     assert stmt[0][0]["href"].endswith("-L%d" % line)
     dom.by_id(stmt[0][0]["href"][1:])
+
+
+def test_page_of_three_engines_in_chromium(tmp_path: Path) -> None:
+    # The checked-in verdicts of the three engines that run the suite.
+    files = {"llama.cpp": os.path.join(VERDICTS, "default.txt"),
+             "onnxruntime": os.path.join("engines", "onnxruntime", "verdicts", "full.txt"),
+             "transformers.js": os.path.join("engines", "transformers.js", "verdicts", "gqa.txt")}
+    tjs_classes = os.path.join("engines", "transformers.js", "verdicts", "classes.txt")
+    out = tmp_path / "page"
+    p = subprocess.run([sys.executable, "-m", "kvspec.report_page", "--out", str(out),
+                        "--root", SOURCE_DIR,
+                        *[a for name, path in files.items() for a in ("--engine", name + "=" + path)],
+                        "--classes", "llama.cpp=" + os.path.join(VERDICTS, "classes.txt"),
+                        "--classes", "transformers.js=" + tjs_classes],
+                       env=ENV, cwd=SOURCE_DIR, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    dom = chromium_dom(out / "index.html", tmp_path)
+    assert [t for _, t in dom.find("th", class_="engine")] == list(files)
+    # a row per trace of any engine: the corpus and each engine's minimal traces
+    traces = set()
+    totals = [t for _, t in dom.find("li", class_="engine-total")]
+    for name, path in files.items():
+        with open(os.path.join(SOURCE_DIR, path)) as f:
+            lines = [l.strip() for l in f if l.strip() and not l.startswith("#")]
+        traces |= {l.split()[-1].split(":")[0] for l in lines}
+        counts = [sum(1 for l in lines if l.startswith(s + " "))
+                  for s in ("pass", "fail", "not applicable")]
+        assert "%s: %d passed, %d failed, %d not applicable" % (
+            name, counts[0], counts[1], counts[2]) in totals, totals
+    assert sorted(t for _, t in dom.find("td", class_="trace")) == sorted(traces)
+    # transformers.js's left-padding finding: the failing cell links to the
+    # statement and to class B1, whose legend entry links to its document
+    src = [a["id"] for a, t in dom.find("section", class_="src")
+           if t.startswith("docs/engines/transformers.js-gqa-left-padding.trace")]
+    assert len(src) == 1
+    links = [a for a, t in dom.find("a", class_="stmt")
+             if t == "fail:7" and a["href"] == "#%s-L7" % src[0]]
+    assert links and "window 3 left=0,1" in dom.by_id(links[0]["href"][1:])
+    cls = [(a, t) for a, t in dom.find("a", class_="class") if t.startswith("B1 GroupQueryAttention")]
+    assert cls
+    assert dom.by_id(cls[0][0]["href"][1:]).startswith("transformers.js: B1 GroupQueryAttention")
+    doc = [a["href"] for a, t in dom.find("a") if a.get("href", "").endswith(
+        "docs/engines/transformers.js.md#failure-classes")]
+    assert doc and (out / doc[0].split("#")[0]).resolve() == \
+        Path(SOURCE_DIR, "docs", "engines", "transformers.js.md").resolve()
