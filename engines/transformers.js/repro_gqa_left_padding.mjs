@@ -15,7 +15,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { AutoModelForCausalLM, env, Tensor, LogitsProcessor } from "@huggingface/transformers";
-import { writeModel } from "./models.mjs";
+import { writeModel } from "./transformers_js_models.mjs";
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "tjs-repro-"));
 env.allowRemoteModels = false;

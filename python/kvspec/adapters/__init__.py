@@ -13,7 +13,7 @@ The runner takes each by its bare name too: ``--adapter llama_cpp``. The
 engines of :data:`PROCESS_ENGINES` run as their own process, over the
 adapter protocol (docs/adapter-protocol.md): ``--adapter onnxruntime`` is
 ``--adapter-command 'node engines/onnxruntime/adapter.mjs'``, and
-``--adapter transformers_js`` runs engines/transformers.js/adapter.mjs.
+``--adapter transformers_js`` runs engines/transformers.js/transformers_js_adapter.mjs.
 """
 
 import os
@@ -23,7 +23,7 @@ from typing import Dict, List, Tuple
 #: script under the repository's engines/ folder).
 PROCESS_ENGINES: Dict[str, Tuple[str, str]] = {
     "onnxruntime": ("node", os.path.join("onnxruntime", "adapter.mjs")),
-    "transformers_js": ("node", os.path.join("transformers.js", "adapter.mjs")),
+    "transformers_js": ("node", os.path.join("transformers.js", "transformers_js_adapter.mjs")),
 }
 
 

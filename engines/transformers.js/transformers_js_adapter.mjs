@@ -10,7 +10,7 @@
 // A trace with ssm layers gets a Qwen3-Next model (linear_attention layers) in
 // either convention. docs/engines/transformers.js.md.
 import { serve } from "kvspec-adapter-kit";
-import * as ops from "./cache_ops.mjs";
+import * as ops from "./transformers_js_cache_ops.mjs";
 
 const EXPORTS = ["plain", "gqa"];
 let settings = { export: "plain" };

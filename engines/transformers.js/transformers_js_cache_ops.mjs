@@ -1,4 +1,4 @@
-// kvspec's statements on the transformers.js cache (engine.mjs). transformers.js
+// kvspec's statements on the transformers.js cache (transformers_js_engine.mjs). transformers.js
 // has no cache operations of its own beyond the step functions: the refusal
 // rules and column bookkeeping of TRACE.md are the adapter's, and each change
 // is done on its tensors the way a transformers.js user would: a trim or an
@@ -9,8 +9,8 @@
 // left-pads the shorter side, as transformers.js pads a batch).
 import v8 from "node:v8";
 import { Tensor, DynamicCache, cat } from "@huggingface/transformers";
-import { modelLayers } from "./models.mjs";
-import { Cache, run, observe, settle, widen, cloneEntries, Refused, NotApplicable } from "./engine.mjs";
+import { modelLayers } from "./transformers_js_models.mjs";
+import { Cache, run, observe, settle, widen, cloneEntries, Refused, NotApplicable } from "./transformers_js_engine.mjs";
 
 const MAX_TOKENS_PER_ROW = 1000000;
 const hasSsm = (c) => c.specs.some((s) => s.kind === "ssm");

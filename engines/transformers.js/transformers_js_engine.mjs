@@ -3,14 +3,14 @@
 // through the model's own step functions: prepare_inputs_for_generation,
 // forward, and _update_model_kwargs_for_generation (presents renamed into the
 // DynamicCache, the mask extended by a column, position_ids rebuilt from the
-// mask by the next forward). Models are generated probe models (models.mjs)
+// mask by the next forward). Models are generated probe models (transformers_js_models.mjs)
 // loaded from a local folder; nothing is downloaded.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { AutoModelForCausalLM, env, Tensor, DynamicCache, cat, ones } from "@huggingface/transformers";
 import { attentionToken, recurrentToken, convWeights } from "kvspec-adapter-kit";
-import { modelLayers, writeModel } from "./models.mjs";
+import { modelLayers, writeModel } from "./transformers_js_models.mjs";
 
 export { Refused, NotApplicable } from "kvspec-adapter-kit";
 
