@@ -8,10 +8,11 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { AutoModelForCausalLM, env, Tensor, DynamicCache, cat, ones } from "@huggingface/transformers";
+import { AutoModelForCausalLM, env, Tensor, cat } from "@huggingface/transformers";
 import { attentionToken, recurrentToken, convWeights } from "kvspec-adapter-kit";
 import { modelLayers, writeModel } from "./transformers_js_models.mjs";
 
+import { NotApplicable } from "kvspec-adapter-kit";
 export { Refused, NotApplicable } from "kvspec-adapter-kit";
 
 const ROOT = fs.mkdtempSync(path.join(os.tmpdir(), "kvspec-transformers-js-"));
@@ -36,7 +37,6 @@ export function token(id) {
   if (t === undefined) { t = tokens.size + 1; tokens.set(id, t); }
   return t;
 }
-const tokenIds = () => { const out = [null]; for (const [id, t] of tokens) out[t] = id; return out; };
 
 // The probe width of the models: labels + 1 (one-hot index 0 stays unused).
 let probeWidth = 64;
@@ -79,8 +79,10 @@ function table(key, width, fill) {
 
 // The extra model inputs of a forward: the (position, token) -> label index
 // for positions below P, and each layer's table.
+const MAX_INDEX = 1 << 24;
 function extraInputs(c, P) {
   const V = tokens.size + 1;
+  if (P * V > MAX_INDEX) throw new NotApplicable(`the probe model's token index (${P} positions x ${V} tokens) exceeds ${MAX_INDEX} entries`);
   const index = new BigInt64Array(P * V).fill(1n);
   for (let p = 0; p < P; p++) index[p * V] = 0n;
   for (let l = 2; l < tags.length; l++) {
@@ -256,5 +258,3 @@ export function decodeSeen(o) {
   for (let i = count; i < n; i++) items.push("zero");
   return items;
 }
-
-export { tokenIds, allIds, ones };
