@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from kvspec import conform, program
-from kvspec.adapters import EngineNotFound, engine_command
+from kvspec.adapters import PROCESS_ENGINES, EngineNotFound, engine_command
 from kvspec.process import AdapterFailure, ProcessAdapter
 from conftest import BUILD_DIR, SOURCE_DIR
 
@@ -187,6 +187,14 @@ def test_bundled_process_engines(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path / "sub")
     assert engine_command("onnxruntime")[1] in (
         str(script), os.path.join(SOURCE_DIR, "engines", "onnxruntime", "adapter.mjs"))
+
+
+def test_bundled_process_engines_are_in_the_repository():
+    # each short name's script is where the repository keeps it
+    assert sorted(PROCESS_ENGINES) == ["onnxruntime", "transformers_js"]
+    for name, (interpreter, script) in PROCESS_ENGINES.items():
+        assert interpreter == "node"
+        assert os.path.isfile(os.path.join(SOURCE_DIR, "engines", script)), name
 
 
 def test_load_adapter_names():
