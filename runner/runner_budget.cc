@@ -23,13 +23,12 @@ uint64_t MiB(uint64_t bytes) { return (bytes >> 20) + ((bytes & ((uint64_t{1} <<
 
 }  // namespace
 
-// Layout::Create: an ssm layer double-buffers every row's state; a ring
-// allocates its capacity; a kv layer starts empty.
+// Layout::Create: an ssm layer double-buffers every row's state; an
+// attention layer, ring or not, starts empty (a ring grows to its capacity
+// at its first forward, which ForwardBudget counts).
 uint64_t CreateBytes(int rows, const LayerConfig& d) {
   const uint64_t r = static_cast<uint64_t>(rows);
-  if (d.kind == CacheKind::kSsm) return 2 * r * SsmRowFloats(d) * kF;
-  const uint64_t per_slot = 2 * static_cast<uint64_t>(d.heads) * d.dim * kF + sizeof(int32_t);
-  return d.kind == CacheKind::kKv ? 0 : r * static_cast<uint64_t>(d.RingCapacity()) * per_slot;
+  return d.kind == CacheKind::kSsm ? 2 * r * SsmRowFloats(d) * kF : 0;
 }
 
 // One forward's inputs and outputs (FillInputs): x/gate/beta/y, or k/v and,
