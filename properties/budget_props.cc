@@ -13,8 +13,8 @@
 // all. Every layer's storage is also checked against a model of its own
 // written from the shapes alone (a slot: K and V rows of every head and a
 // position; a recurrent row: two buffers of conv and recurrent state; a
-// round: one record per verify token), and a refused operation changes no
-// byte.
+// round: one record per verify token), a refused operation changes no
+// byte, and a layout of other layers, which cannot join, costs 0.
 //
 // LayoutBudgetTargets.TheRunnerGrantsExactlyTheBytesOfTheLayers runs the
 // header of a random layout through the trace runner with --max-memory set
@@ -418,6 +418,16 @@ TEST_P(LayoutBudgetTargets, EstimatesAreTheBytesBuilt) {
           }
           RC_ASSERT(s.Cur().CheckInvariants().ok());
         }
+        // A layout of other layers (one more) cannot join: its figure is 0.
+        std::vector<LayerConfig> more = layers;
+        more.push_back(layers.back());
+        more.back().name = "extra";
+        std::unique_ptr<Layout> other;
+        RC_ASSERT(Layout::Create(rows, more, &other).ok());
+        RC_ASSERT(s.Cur().BytesAfterJoin(*other) == 0u);
+        const std::string before = s.Snapshot();
+        RC_ASSERT(!s.Cur().Join(*other).ok());
+        RC_ASSERT(s.Snapshot() == before);
       });
   ASSERT_TRUE(ok);
   // Every kind's figures and every operation that builds were checked,
