@@ -59,10 +59,11 @@
 namespace kvspec {
 namespace {
 
-// Layouts of every kind in proportion (testing/shape_generators.h).
+// Layouts of every kind in proportion (testing/shape_generators.h), at
+// every size (a sized draw makes small cases of plain kv layers only).
 rc::Gen<std::vector<LayerConfig>> GenLayers() {
   return rc::gen::exec([] {
-    testing::RcChoices choices;
+    testing::RcChoices choices(testing::RcChoices::Scale::kUniform);
     return testing::MixedLayers(choices);
   });
 }
@@ -614,10 +615,9 @@ TEST_P(LayoutBudgetTargets, TheRunnerGrantsALifecycleStatementExactlyItsBytes) {
         RC_FAIL("no number of forks made the statement the one that needs the most");
       });
   ASSERT_TRUE(ok);
-  for (const char* word : {"filter", "extract", "join"}) {
-    std::cout << word << ": " << decided[word] << " decided\n";
-    EXPECT_GT(decided[word], 0) << word;
-  }
+  for (const char* word : {"filter", "extract", "join"}) EXPECT_GT(decided[word], 0) << word;
+  // "nothing": S built no bytes (its rows held no token).
+  for (const auto& d : decided) std::cout << d.first << ": " << d.second << " decided\n";
 }
 
 KVSPEC_FOR_EACH_TARGET(LayoutBudgetTargets);
