@@ -117,9 +117,11 @@ Outcome Runner::Budget(uint64_t more, const char* what) const {
   return MemoryLimit(more > UINT64_MAX - held ? UINT64_MAX : held + more, what);
 }
 
-// Memory: the current layout grown (its old storage alive while it is
-// copied over), the inputs and outputs, the round records, the read-back
-// and the index's new entries. Work: the attention's multiply-adds (q.k and
+// Memory: what is held, plus the new storage of each attention layer that
+// grows (its old storage, already held, stays alive while it is copied
+// over; a layer that does not grow and a recurrent state allocate
+// nothing), the inputs and outputs, the round records, the read-back and
+// the index's new entries. Work: the attention's multiply-adds (q.k and
 // p.v per pair and query head, when its outputs are observed) and mask
 // scan, the recurrent steps, the bytes read back and 64 per reported tag.
 Outcome Runner::ForwardBudget(const ForwardColumns& cols) {
@@ -128,7 +130,7 @@ Outcome Runner::ForwardBudget(const ForwardColumns& cols) {
   const int rows = layout.rows();
   uint64_t real = 0;
   for (int r = 0; r < rows; ++r) real += static_cast<uint64_t>(cols.Real(r));
-  uint64_t memory = HeldBytes() + layout.BytesAfterForward(cols.columns);
+  uint64_t memory = HeldBytes();
   uint64_t work = 0;
   for (size_t l = 0; l < layout.size(); ++l) {
     const LayerConfig& d = p_.layers[l];
@@ -144,7 +146,7 @@ Outcome Runner::ForwardBudget(const ForwardColumns& cols) {
     const uint64_t slot_bytes = cache->bytesPerToken() + sizeof(int32_t);
     const uint64_t slots_bytes = cache->BytesAfterAppend(cols.columns);
     const uint64_t slots = slots_bytes / slot_bytes / static_cast<uint64_t>(rows);
-    if (slots_bytes != cache->allocatedBytes()) memory += cache->allocatedBytes();
+    if (slots_bytes != cache->allocatedBytes()) memory += slots_bytes;
     const uint64_t pairs = SeenPairs(cols, before, d);
     memory += ReadBackBytes(pairs, real, d, opt_.values) + IndexBytes(real);
     const uint64_t attention = opt_.values ? 2 * static_cast<uint64_t>(d.QueryHeads()) * d.dim : 0;

@@ -227,8 +227,8 @@ LayerConfig SsmLayer(int heads, int kheads, int dk, int dv, int conv) {
   return s;
 }
 
-// A recurrent forward's memory, exactly (docs/trace-runner.md: the layout's storage and
-// the storage it grows to, held at once; the inputs x [C], gate and beta
+// A recurrent forward's memory, exactly (docs/trace-runner.md: the layout's storage,
+// which a recurrent forward does not grow; the inputs x [C], gate and beta
 // [Hv] and outputs y [Hv x dv] of every column, pads included; the
 // read-back of each real token's outputs, a float and its 16-byte text
 // each; and, in an armed round, the round records of the real tokens: per
@@ -246,11 +246,11 @@ TEST(TraceRunnerLimits, ARecurrentForwardCostsItsStateInputsOutputsAndRecords) {
   const uint64_t io = 2 * 3 * (14 + 2 + 2 + 2 * 3) * sizeof(float);
   const uint64_t read_back = 5 * 2 * 3 * (sizeof(float) + 16);
   const uint64_t records = 5 * (14 + 2 * 4 + 2 * 3 + 2 * 4 + 2) * sizeof(float);
-  EXPECT_EQ(SmallestBudget(header + "window 3 right=0,1\n"), 2 * held + io + read_back);
+  EXPECT_EQ(SmallestBudget(header + "window 3 right=0,1\n"), held + io + read_back);
   ASSERT_TRUE(layout->Arm().ok());
   ASSERT_EQ(layout->allocatedBytes(), held);
   EXPECT_EQ(SmallestBudget(header + "arm\nwindow 3 right=0,1\n"),
-            2 * held + io + read_back + records);
+            held + io + read_back + records);
 }
 
 // The same for an attention forward: the storage it grows to (a plain
@@ -275,6 +275,22 @@ TEST(TraceRunnerLimits, AnAttentionForwardCostsItsStorageInputsReadBackAndIndex)
   };
   EXPECT_EQ(smallest(false), storage + appended + tags + index);
   EXPECT_EQ(smallest(true), storage + appended + observed + tags + index);
+}
+
+// An attention layer that grows holds its old storage (counted in what the
+// runner holds) and its new one at once, each counted once: a plain cache
+// of 8 heads of dim 64 (4100 bytes a slot) holds 16 slots after a window
+// of 16, and a decode grows it to 24 (1.5 x 16); the decode needs what is
+// held (the 16 slots and the index's 16 entries of 64 bytes), the 24 new
+// slots, its k and v, the read-back of its 17 pairs and its index entry,
+// more than the window did.
+TEST(TraceRunnerLimits, AGrowingAttentionLayerCountsItsOldAndNewStorageOnce) {
+  const std::string text = "trace 1\nrows 1\nlayer a kv heads=8 dim=64\nwindow 16\ndecode\n";
+  const uint64_t slot = 2 * 8 * 64 * sizeof(float) + sizeof(int32_t);
+  ASSERT_EQ(slot, 4100u);
+  const uint64_t held = 16 * slot + 16 * 64;
+  const uint64_t decode = 24 * slot + 2 * 8 * 64 * sizeof(float) + 17 * (sizeof(trace::Tag) + 24) + 64;
+  EXPECT_EQ(SmallestBudget(text), held + decode);
 }
 
 // The work limit names the work in whole millions, rounded down: a trace
