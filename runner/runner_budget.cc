@@ -43,12 +43,12 @@ uint64_t ForwardIoBytes(int rows, int32_t L, const LayerConfig& d, bool values) 
   return 2 * n * (static_cast<uint64_t>(d.heads) + q_heads) * d.dim * kF;
 }
 
-// The ssm cache's round records: every verify token's inputs, per row (an
-// upper bound of SsmCacheBase::RecordFloats, the gate taken per lane).
-uint64_t RoundRecordBytes(uint64_t tokens, const LayerConfig& d) {
-  const uint64_t hk = static_cast<uint64_t>(d.KeyHeads()) * d.dk;
-  const uint64_t hv = static_cast<uint64_t>(d.heads);
-  return tokens * (d.SsmChannels() + 2 * hk + hv * d.dv + hv * d.dk + hv) * kF;
+// The ssm cache's round records: every verify token's inputs
+// (SsmCacheBase::RecordFloats: x, prepared q and k, v, the gate, beta).
+uint64_t RoundRecordBytes(uint64_t tokens, const SsmShape& s) {
+  const uint64_t hk = static_cast<uint64_t>(s.key_heads) * s.dk;
+  const uint64_t hv = static_cast<uint64_t>(s.value_heads);
+  return tokens * (s.Channels() + 2 * hk + hv * s.dv + s.GateFloats() + hv) * kF;
 }
 
 // (query, slot) pairs an attention layer's real queries may see.
@@ -136,7 +136,7 @@ Outcome Runner::ForwardBudget(const ForwardColumns& cols) {
     const LayerConfig& d = p_.layers[l];
     memory += ForwardIoBytes(rows, cols.columns, d, opt_.values);
     if (d.kind == CacheKind::kSsm) {
-      if (layout.armed()) memory += RoundRecordBytes(real, d);
+      if (layout.armed()) memory += RoundRecordBytes(real, layout.recurrent(l)->shape());
       memory += ReadBackBytes(0, real, d, opt_.values);
       work += real * (4 * static_cast<uint64_t>(d.heads) * d.dv * d.dk +
                       d.SsmChannels() * static_cast<uint64_t>(d.conv));

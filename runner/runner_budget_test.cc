@@ -232,7 +232,7 @@ LayerConfig SsmLayer(int heads, int kheads, int dk, int dv, int conv) {
 // [Hv] and outputs y [Hv x dv] of every column, pads included; the
 // read-back of each real token's outputs, a float and its 16-byte text
 // each; and, in an armed round, the round records of the real tokens: per
-// token C + 2 Hk dk + Hv dv + Hv dk + Hv floats). Hv = 2, Hk = 1, dk = 4,
+// token C + 2 Hk dk + Hv dv + Hv + Hv floats). Hv = 2, Hk = 1, dk = 4,
 // dv = 3, K = 4 (C = 14), 2 rows, a window of 3 columns with 3 + 2 real
 // tokens.
 TEST(TraceRunnerLimits, ARecurrentForwardCostsItsStateInputsOutputsAndRecords) {
@@ -245,7 +245,7 @@ TEST(TraceRunnerLimits, ARecurrentForwardCostsItsStateInputsOutputsAndRecords) {
       "trace 1\nrows 2\nlayer s ssm heads=2 kheads=1 dk=4 dv=3 conv=4\n";
   const uint64_t io = 2 * 3 * (14 + 2 + 2 + 2 * 3) * sizeof(float);
   const uint64_t read_back = 5 * 2 * 3 * (sizeof(float) + 16);
-  const uint64_t records = 5 * (14 + 2 * 4 + 2 * 3 + 2 * 4 + 2) * sizeof(float);
+  const uint64_t records = 5 * (14 + 2 * 4 + 2 * 3 + 2 + 2) * sizeof(float);
   EXPECT_EQ(SmallestBudget(header + "window 3 right=0,1\n"), held + io + read_back);
   ASSERT_TRUE(layout->Arm().ok());
   ASSERT_EQ(layout->allocatedBytes(), held);
