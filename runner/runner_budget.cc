@@ -23,13 +23,12 @@ uint64_t MiB(uint64_t bytes) { return (bytes >> 20) + ((bytes & ((uint64_t{1} <<
 
 }  // namespace
 
-// Layout::Create: an ssm layer double-buffers every row's state; a ring
-// allocates its capacity; a kv layer starts empty.
+// Layout::Create: an ssm layer double-buffers every row's state; an
+// attention layer, ring or not, starts empty (a ring grows to its capacity
+// at its first forward, which ForwardBudget counts).
 uint64_t CreateBytes(int rows, const LayerConfig& d) {
   const uint64_t r = static_cast<uint64_t>(rows);
-  if (d.kind == CacheKind::kSsm) return 2 * r * SsmRowFloats(d) * kF;
-  const uint64_t per_slot = 2 * static_cast<uint64_t>(d.heads) * d.dim * kF + sizeof(int32_t);
-  return d.kind == CacheKind::kKv ? 0 : r * static_cast<uint64_t>(d.RingCapacity()) * per_slot;
+  return d.kind == CacheKind::kSsm ? 2 * r * SsmRowFloats(d) * kF : 0;
 }
 
 // One forward's inputs and outputs (FillInputs): x/gate/beta/y, or k/v and,
@@ -44,12 +43,12 @@ uint64_t ForwardIoBytes(int rows, int32_t L, const LayerConfig& d, bool values) 
   return 2 * n * (static_cast<uint64_t>(d.heads) + q_heads) * d.dim * kF;
 }
 
-// The ssm cache's round records: every verify token's inputs, per row (an
-// upper bound of SsmCacheBase::RecordFloats, the gate taken per lane).
-uint64_t RoundRecordBytes(uint64_t tokens, const LayerConfig& d) {
-  const uint64_t hk = static_cast<uint64_t>(d.KeyHeads()) * d.dk;
-  const uint64_t hv = static_cast<uint64_t>(d.heads);
-  return tokens * (d.SsmChannels() + 2 * hk + hv * d.dv + hv * d.dk + hv) * kF;
+// The ssm cache's round records: every verify token's inputs
+// (SsmCacheBase::RecordFloats: x, prepared q and k, v, the gate, beta).
+uint64_t RoundRecordBytes(uint64_t tokens, const SsmShape& s) {
+  const uint64_t hk = static_cast<uint64_t>(s.key_heads) * s.dk;
+  const uint64_t hv = static_cast<uint64_t>(s.value_heads);
+  return tokens * (s.Channels() + 2 * hk + hv * s.dv + s.GateFloats() + hv) * kF;
 }
 
 // (query, slot) pairs an attention layer's real queries may see.
@@ -118,9 +117,11 @@ Outcome Runner::Budget(uint64_t more, const char* what) const {
   return MemoryLimit(more > UINT64_MAX - held ? UINT64_MAX : held + more, what);
 }
 
-// Memory: the current layout grown (its old storage alive while it is
-// copied over), the inputs and outputs, the round records, the read-back
-// and the index's new entries. Work: the attention's multiply-adds (q.k and
+// Memory: what is held, plus the new storage of each attention layer that
+// grows (its old storage, already held, stays alive while it is copied
+// over; a layer that does not grow and a recurrent state allocate
+// nothing), the inputs and outputs, the round records, the read-back and
+// the index's new entries. Work: the attention's multiply-adds (q.k and
 // p.v per pair and query head, when its outputs are observed) and mask
 // scan, the recurrent steps, the bytes read back and 64 per reported tag.
 Outcome Runner::ForwardBudget(const ForwardColumns& cols) {
@@ -129,13 +130,13 @@ Outcome Runner::ForwardBudget(const ForwardColumns& cols) {
   const int rows = layout.rows();
   uint64_t real = 0;
   for (int r = 0; r < rows; ++r) real += static_cast<uint64_t>(cols.Real(r));
-  uint64_t memory = HeldBytes() + layout.BytesAfterForward(cols.columns);
+  uint64_t memory = HeldBytes();
   uint64_t work = 0;
   for (size_t l = 0; l < layout.size(); ++l) {
     const LayerConfig& d = p_.layers[l];
     memory += ForwardIoBytes(rows, cols.columns, d, opt_.values);
     if (d.kind == CacheKind::kSsm) {
-      if (layout.armed()) memory += RoundRecordBytes(real, d);
+      if (layout.armed()) memory += RoundRecordBytes(real, layout.recurrent(l)->shape());
       memory += ReadBackBytes(0, real, d, opt_.values);
       work += real * (4 * static_cast<uint64_t>(d.heads) * d.dv * d.dk +
                       d.SsmChannels() * static_cast<uint64_t>(d.conv));
@@ -145,7 +146,7 @@ Outcome Runner::ForwardBudget(const ForwardColumns& cols) {
     const uint64_t slot_bytes = cache->bytesPerToken() + sizeof(int32_t);
     const uint64_t slots_bytes = cache->BytesAfterAppend(cols.columns);
     const uint64_t slots = slots_bytes / slot_bytes / static_cast<uint64_t>(rows);
-    if (slots_bytes != cache->allocatedBytes()) memory += cache->allocatedBytes();
+    if (slots_bytes != cache->allocatedBytes()) memory += slots_bytes;
     const uint64_t pairs = SeenPairs(cols, before, d);
     memory += ReadBackBytes(pairs, real, d, opt_.values) + IndexBytes(real);
     const uint64_t attention = opt_.values ? 2 * static_cast<uint64_t>(d.QueryHeads()) * d.dim : 0;
