@@ -12,6 +12,7 @@ import numpy as np
 
 from ...adapter import Adapter as Base, ForwardResult
 from ...errors import NotApplicable, Refused
+from . import state_layout
 from .engine import ARENA_CELLS, ARENA_SEQS, CACHE_TYPES, CELLS_PER_SEQ, LABELS, POOL_PER_SHAPE, \
     PROBE, QUANT_BLOCK, RECURRENT_VOCAB, STATE_TOLERANCE, Engine, quantized, settings
 
@@ -227,23 +228,6 @@ def _float_note(a, b):
     ne = np.frombuffer(a, np.uint32) != np.frombuffer(b, np.uint32)
     return ", %d of %d words differ, max |diff| %.3g" % (int(np.sum(ne)), len(x),
                                                          float(d.max()) if len(d) else 0.0)
-
-
-def _close(a, b):
-    """Two states equal but for float rounding: the same length, every word
-    that is not a normal float32 (integers, flags) bit for bit, the floats
-    within STATE_TOLERANCE. llama.cpp's results depend on how a batch is
-    split (a chunked gated DeltaNet step is not bit for bit the recurrent
-    one), so two schedules of the same history differ in the last bits."""
-    if len(a) != len(b) or len(a) % 4:
-        return False
-    x, y = np.frombuffer(a, np.float32), np.frombuffer(b, np.float32)
-    with np.errstate(all="ignore"):
-        normal = (np.abs(x) >= 1e-30) & (np.abs(y) >= 1e-30) & np.isfinite(x) & np.isfinite(y)
-    if np.any(np.frombuffer(a, np.uint32)[~normal] != np.frombuffer(b, np.uint32)[~normal]):
-        return False
-    xd, yd = x[normal].astype(np.float64), y[normal].astype(np.float64)
-    return bool(np.all(np.abs(xd - yd) <= STATE_TOLERANCE * (1 + np.abs(xd))))
 
 
 class Adapter(Base):
@@ -502,7 +486,8 @@ class Adapter(Base):
             for x, y in zip(a.parts, b.parts):
                 if x.m.recurrent:
                     xa, xb = x.state(r), y.state(r)
-                    if xa != xb and (self.settings["exact_states"] or not _close(xa, xb)):
+                    if xa != xb and (self.settings["exact_states"] or
+                                     not state_layout.close(xa, xb, STATE_TOLERANCE)):
                         return "row %d: llama_state_seq_get_data differs (%d vs %d bytes%s)" % (
                             r, len(xa), len(xb), _float_note(xa, xb))
                     continue
