@@ -37,8 +37,16 @@ llama_memory_clear, pool=0 creates each afresh).
 Recurrent (ssm) layers use a second probe, a qwen35 gated DeltaNet hybrid
 with small seeded random weights (write_recurrent_model): there the token
 ids are the trace's ids, nothing is read from the outputs, and ``expect
-equal`` compares the sequences' llama_state_seq_get_data bytes: integers
-bit for bit, floats within a relative 1e-4 (exact_states=1: every bit).
+equal`` compares the sequences' llama_state_seq_get_data bytes, read field
+by field (state_layout.py): metadata bit for bit, values within a relative
+1e-4, quantized blocks within one quantization step (exact_states=1: every
+bit).
+
+type_k / type_v (f32; f16, q8_0, q4_0) set the K/V cache types; flash_attn
+follows type_v (llama.cpp needs it for a quantized V); attn_rot=0 turns off
+llama.cpp's rotation of quantized K/V (needed for q4_0 values). With a
+quantized V the outputs are read with a cutoff (SEEN_CUTOFF in
+llama_adapter.py) and the recurrent probe has head dim 32.
 """
 
 from .engine import Engine as Engine, EngineMissing as EngineMissing, settings as settings

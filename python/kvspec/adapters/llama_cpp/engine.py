@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from typing import Any, Dict, Optional
 
 from .probe_models import write_probe_model, write_recurrent_model
 
@@ -16,8 +17,14 @@ LABELS = 512            # probe vocabulary: token ids (labels) per trace run
 CELLS_PER_SEQ = 256     # context cells per sequence (positions per row)
 PROBE = 0               # the label of probe decodes (never stored for good)
 RECURRENT_VOCAB = 1024  # the recurrent probe's vocabulary (trace ids mod this)
-DEFAULTS = {"swa_full": 1, "kv_unified": 1, "n_seq_max": 4, "n_ubatch": 64, "n_rs_seq": 8,
-            "verbose": 0, "exact_states": 0, "seq_cp": 0, "pool": 1}
+DEFAULTS: Dict[str, Any] = {
+    "swa_full": 1, "kv_unified": 1, "n_seq_max": 4, "n_ubatch": 64, "n_rs_seq": 8, "verbose": 0,
+    "exact_states": 0, "seq_cp": 0, "pool": 1, "type_k": "f32", "type_v": "f32",
+    "flash_attn": -1, "attn_rot": 1}
+# K/V cache types (llama_context_params' type_k / type_v): name -> ggml_type
+# (ggml.h); f32 is the adapter's default (nothing rounded), f16 llama.cpp's.
+CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8}
+QUANT_BLOCK = 32        # values per q8_0 / q4_0 block: head dims must be a multiple
 POOL_PER_SHAPE = 8      # freed contexts kept for reuse per (model, n_seq, settings)
 ARENA_SEQS = 128        # sequences of the shared context with seq_cp=1
 ARENA_CELLS = 4096      # its cells (copies share cells)
@@ -53,19 +60,47 @@ def _cache_dir():
     return d
 
 
-def settings(given=None):
+def settings(given: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """DEFAULTS with the given settings (``{"swa_full": "0"}``: the runner's
     --setting options, string values) over them; ValueError for an unknown
-    key or a value that is not an integer."""
+    key or a bad value. type_k / type_v take a CACHE_TYPES name; flash_attn
+    (-1: on exactly when type_v is quantized, which llama.cpp requires)
+    ends up 0 or 1; attn_rot=0 turns off llama.cpp's Walsh-Hadamard rotation
+    of quantized K/V (LLAMA_ATTN_ROT_DISABLE)."""
     s = dict(DEFAULTS)
     for key, value in (given or {}).items():
         if key not in s:
             raise ValueError("unknown setting %r (llama_cpp takes %s)" % (key, ", ".join(DEFAULTS)))
+        if key in ("type_k", "type_v"):
+            if value not in CACHE_TYPES:
+                raise ValueError("setting %s=%r: expected one of %s" % (key, value,
+                                                                      ", ".join(CACHE_TYPES)))
+            s[key] = value
+            continue
         try:
             s[key] = int(value)
         except ValueError:
             raise ValueError("setting %s=%r: expected an integer" % (key, value))
+    if s["attn_rot"] not in (0, 1):
+        raise ValueError("setting attn_rot=%d: expected 0 or 1" % s["attn_rot"])
+    if s["type_v"] == "q4_0" and s["attn_rot"]:
+        raise ValueError("setting type_v=q4_0 needs attn_rot=0: llama.cpp rotates V before a "
+                         "quantized store, and q4_0 stores a rotated one-hot with errors of an "
+                         "eighth of its magnitude, which the probe cannot tell from a seen cell")
+    if s["flash_attn"] not in (-1, 0, 1):
+        raise ValueError("setting flash_attn=%d: expected 0 or 1" % s["flash_attn"])
+    if s["flash_attn"] == -1:
+        s["flash_attn"] = 1 if quantized(s["type_v"]) else 0
+    if s["flash_attn"] == 0 and quantized(s["type_v"]):
+        raise ValueError("setting type_v=%s needs flash_attn=1 (llama.cpp refuses a quantized V "
+                         "cache without flash attention)" % s["type_v"])
     return s
+
+
+def quantized(cache_type: str) -> bool:
+    """Whether a CACHE_TYPES name is a block format (head dims: multiples of
+    QUANT_BLOCK)."""
+    return cache_type in ("q8_0", "q4_0")
 
 
 class Engine:
@@ -120,7 +155,7 @@ class Engine:
         IP, FP, BP = ctypes.POINTER(I), ctypes.POINTER(ctypes.c_float), ctypes.c_char_p
         for name, res, args in [
                 ("kvl_init", I, [BP, I]), ("kvl_model", P, [BP]), ("kvl_model_free", None, [P]),
-                ("kvl_context", P, [P, I, I, I, I, I, I, I]), ("kvl_free", None, [P]),
+                ("kvl_context", P, [P, I, I, I, I, I, I, I, I, I, I]), ("kvl_free", None, [P]),
                 ("kvl_n_embd", I, [P]), ("kvl_decode", I, [P, I, IP, IP, IP, FP]),
                 ("kvl_seq_rm", I, [P, I, I, I]), ("kvl_seq_cp", None, [P, I, I, I, I]),
                 ("kvl_seq_pos_max", I, [P, I]), ("kvl_seq_pos_min", I, [P, I]),
@@ -138,12 +173,17 @@ class Engine:
         self.scratch = {}
         self.cache = cache
 
-    def recurrent_model(self, conv):
-        key = ("recurrent", conv)
+    def recurrent_model(self, conv, head_dim=16):
+        """The qwen35 probe with conv kernel ``conv`` and attention head dim
+        ``head_dim`` (QUANT_BLOCK for quantized caches, which llama.cpp
+        refuses on a head dim of 16)."""
+        key = ("recurrent", conv, head_dim)
         if key not in self.models:
-            path = os.path.join(self.cache, "probe-qwen35-conv%d-v%d.gguf" % (conv, RECURRENT_VOCAB))
-            self._load(key, path, lambda tmp, gguf: write_recurrent_model(tmp, conv,
-                                                                          RECURRENT_VOCAB, gguf))
+            hd = "" if head_dim == 16 else "-hd%d" % head_dim
+            path = os.path.join(self.cache, "probe-qwen35-conv%d%s-v%d.gguf" % (conv, hd,
+                                                                              RECURRENT_VOCAB))
+            self._load(key, path, lambda tmp, gguf: write_recurrent_model(
+                tmp, conv, RECURRENT_VOCAB, gguf, head_dim))
         return self.models[key]
 
     def model(self, layers, window):

@@ -3,6 +3,7 @@ models (see the package's docstring and docs/engines/llama.cpp.md)."""
 
 import ctypes
 import gc
+import os
 import pickle
 import weakref
 from typing import Any, Dict, List, Tuple
@@ -11,8 +12,18 @@ import numpy as np
 
 from ...adapter import Adapter as Base, ForwardResult
 from ...errors import NotApplicable, Refused
-from .engine import ARENA_CELLS, ARENA_SEQS, CELLS_PER_SEQ, LABELS, POOL_PER_SHAPE, PROBE, \
-    RECURRENT_VOCAB, STATE_TOLERANCE, Engine, settings
+from . import state_layout
+from .engine import ARENA_CELLS, ARENA_SEQS, CACHE_TYPES, CELLS_PER_SEQ, LABELS, POOL_PER_SHAPE, \
+    PROBE, QUANT_BLOCK, RECURRENT_VOCAB, STATE_TOLERANCE, Engine, quantized, settings
+
+
+# With a quantized V cache, a label is seen when its entry exceeds this
+# fraction of the block's largest. Every admitted cell gets the same weight,
+# and its rotated one-hot value row has 32 equal magnitudes per block, which
+# q8_0 stores exactly up to the fp16 block scale (relative 2^-11, the same
+# for every row): seen labels come out equal, unseen ones as the rotation's
+# float round-off (at most 2.1e-7 of the largest over 500 cells).
+SEEN_CUTOFF = 0.5
 
 
 class _Labels:
@@ -50,20 +61,30 @@ class _Model:
         self.arena = None
 
 
+def _context(m: _Model, n_ctx: int, n_seq: int) -> Any:
+    """A new llama.cpp context of probe model m, with the run's settings."""
+    s = m.settings
+    # read by llama.cpp when it creates a context's KV cache
+    os.environ["LLAMA_ATTN_ROT_DISABLE"] = "0" if s["attn_rot"] else "1"
+    ctx = m.engine.lib.kvl_context(m.model, n_ctx, n_seq, max(256, s["n_ubatch"]), s["n_ubatch"],
+                                   s["swa_full"], s["kv_unified"], s["n_rs_seq"],
+                                   CACHE_TYPES[s["type_k"]], CACHE_TYPES[s["type_v"]],
+                                   s["flash_attn"])
+    if not ctx:
+        raise RuntimeError("llama_init_from_model failed (type_k=%s, type_v=%s, flash_attn=%d; "
+                           "run with --setting verbose=1 for llama.cpp's reason)" % (
+                               s["type_k"], s["type_v"], s["flash_attn"]))
+    return ctx
+
+
 class _Arena:
     """seq_cp=1: one context per probe model holding every layout's rows as
     sequences; fork, filter, join and extract are llama_memory_seq_cp, not
     state copies."""
 
     def __init__(self, m):
-        s = m.settings
-        lib = m.engine.lib
-        self.lib = lib
-        self.ctx = lib.kvl_context(m.model, ARENA_CELLS, ARENA_SEQS,
-                                   max(256, s["n_ubatch"]), s["n_ubatch"], s["swa_full"],
-                                   s["kv_unified"], s["n_rs_seq"])
-        if not self.ctx:
-            raise RuntimeError("llama_init_from_model failed")
+        self.lib = m.engine.lib
+        self.ctx = _context(m, ARENA_CELLS, ARENA_SEQS)
         self.free = list(range(ARENA_SEQS - 1, -1, -1))
 
     def alloc(self, n):
@@ -126,11 +147,7 @@ class _Part:
             self.ctx = free.pop()
             lib.kvl_clear(self.ctx)
         else:
-            self.ctx = lib.kvl_context(m.model, CELLS_PER_SEQ * self.n_seq, self.n_seq,
-                                       max(256, s["n_ubatch"]), s["n_ubatch"], s["swa_full"],
-                                       s["kv_unified"], s["n_rs_seq"])
-            if not self.ctx:
-                raise RuntimeError("llama_init_from_model failed")
+            self.ctx = _context(m, CELLS_PER_SEQ * self.n_seq, self.n_seq)
         _Part.live += 1
         self._fin = weakref.finalize(self, _Part._free, lib, self.ctx,
                                      key if s["pool"] else None)
@@ -213,23 +230,6 @@ def _float_note(a, b):
                                                          float(d.max()) if len(d) else 0.0)
 
 
-def _close(a, b):
-    """Two states equal but for float rounding: the same length, every word
-    that is not a normal float32 (integers, flags) bit for bit, the floats
-    within STATE_TOLERANCE. llama.cpp's results depend on how a batch is
-    split (a chunked gated DeltaNet step is not bit for bit the recurrent
-    one), so two schedules of the same history differ in the last bits."""
-    if len(a) != len(b) or len(a) % 4:
-        return False
-    x, y = np.frombuffer(a, np.float32), np.frombuffer(b, np.float32)
-    with np.errstate(all="ignore"):
-        normal = (np.abs(x) >= 1e-30) & (np.abs(y) >= 1e-30) & np.isfinite(x) & np.isfinite(y)
-    if np.any(np.frombuffer(a, np.uint32)[~normal] != np.frombuffer(b, np.uint32)[~normal]):
-        return False
-    xd, yd = x[normal].astype(np.float64), y[normal].astype(np.float64)
-    return bool(np.all(np.abs(xd - yd) <= STATE_TOLERANCE * (1 + np.abs(xd))))
-
-
 class Adapter(Base):
     name = "llama.cpp"
     # llama.cpp has no notion of kvspec's cache kinds, trimmability or bytes
@@ -283,8 +283,10 @@ class Adapter(Base):
         for l in layers:
             if l.kind == "ssm" and l.conv not in convs:
                 convs.append(l.conv)
+        s = self.settings
+        head_dim = QUANT_BLOCK if quantized(s["type_k"]) or quantized(s["type_v"]) else 16
         for c in convs:
-            model, n_embd = eng.recurrent_model(c)
+            model, n_embd = eng.recurrent_model(c, head_dim)
             models.append(_Model(eng, model, n_embd, {}, True, labels, self.settings))
         return Layout(models, rows)
 
@@ -301,7 +303,14 @@ class Adapter(Base):
         V = LABELS
         part = emb[block * V:(block + 1) * V]
         items = []
-        for lab in np.nonzero(part != 0)[0]:
+        if quantized(m.settings["type_v"]):
+            # llama.cpp rotates V (Walsh-Hadamard) before a quantized store, so
+            # unseen labels come back as round-off, not 0 (see SEEN_CUTOFF)
+            top = float(np.max(np.abs(part)))
+            hits = np.abs(part) > SEEN_CUTOFF * top if top > 0 else part != 0
+        else:
+            hits = part != 0
+        for lab in np.nonzero(hits)[0]:
             lab = int(lab)
             if lab == PROBE and own == PROBE:
                 continue
@@ -477,7 +486,8 @@ class Adapter(Base):
             for x, y in zip(a.parts, b.parts):
                 if x.m.recurrent:
                     xa, xb = x.state(r), y.state(r)
-                    if xa != xb and (self.settings["exact_states"] or not _close(xa, xb)):
+                    if xa != xb and (self.settings["exact_states"] or
+                                     not state_layout.close(xa, xb, STATE_TOLERANCE)):
                         return "row %d: llama_state_seq_get_data differs (%d vs %d bytes%s)" % (
                             r, len(xa), len(xb), _float_note(xa, xb))
                     continue

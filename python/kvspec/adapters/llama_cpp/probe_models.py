@@ -60,16 +60,18 @@ def write_probe_model(path, layers, window, labels, gguf_py):
     w.close()
 
 
-def write_recurrent_model(path, conv, vocab, gguf_py):
+def write_recurrent_model(path, conv, vocab, gguf_py, head_dim=16):
     """Writes the recurrent probe GGUF: qwen35 (gated DeltaNet hybrid), layer
     0 a gated DeltaNet layer with conv kernel ``conv``, layer 1 full
-    attention, small seeded random weights. Token ids are the trace's ids
+    attention of head dim ``head_dim`` (16 or 32), small seeded random weights. Token ids are the trace's ids
     (mod ``vocab``): equal histories give equal states, and the states are
     compared bytes for bytes (llama_state_seq_get_data)."""
     if gguf_py not in sys.path:
         sys.path.insert(0, gguf_py)
     import gguf
-    E, D, NK, NV, FF, HEADS, HD = 32, 16, 1, 2, 16, 2, 16
+    if head_dim not in (16, 32):
+        raise ValueError("recurrent probe head dim %d (16 or 32)" % head_dim)
+    E, D, NK, NV, FF, HEADS, HD = 32, 16, 1, 2, 16, 2, head_dim
     key_dim, value_dim = D * NK, D * NV
     conv_dim = 2 * key_dim + value_dim
     rng = np.random.default_rng(20261202)
@@ -86,7 +88,7 @@ def write_recurrent_model(path, conv, vocab, gguf_py):
     w.add_key_length(HD)
     w.add_value_length(HD)
     w.add_rope_dimension_count(HD)
-    w.add_array("qwen35.rope.dimension_sections", [4, 2, 2, 0])
+    w.add_array("qwen35.rope.dimension_sections", [4 * HD // 16, 2 * HD // 16, 2 * HD // 16, 0])
     w.add_layer_norm_rms_eps(1e-6)
     w.add_uint32("qwen35.full_attention_interval", 2)
     w.add_uint32("qwen35.ssm.conv_kernel", conv)

@@ -31,9 +31,12 @@ void *kvl_model(const char *path) {
 void kvl_model_free(void *model) { llama_model_free((struct llama_model *)model); }
 
 /* A context for the probe model: embeddings of every token (pooling none),
- * f32 K/V cache so that nothing is rounded, no flash attention. */
+ * K/V cache of ggml types type_k / type_v (the adapter's default f32, so
+ * that nothing is rounded), flash attention on or off (a quantized V cache
+ * needs it on). */
 void *kvl_context(void *model, int n_ctx, int n_seq_max, int n_batch, int n_ubatch,
-                  int swa_full, int kv_unified, int n_rs_seq) {
+                  int swa_full, int kv_unified, int n_rs_seq, int type_k, int type_v,
+                  int flash_attn) {
     struct llama_context_params p = llama_context_default_params();
     p.n_ctx = (uint32_t)n_ctx;
     p.n_batch = (uint32_t)n_batch;
@@ -44,9 +47,9 @@ void *kvl_context(void *model, int n_ctx, int n_seq_max, int n_batch, int n_ubat
     p.n_threads_batch = 1;
     p.embeddings = 1;
     p.pooling_type = LLAMA_POOLING_TYPE_NONE;
-    p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    p.type_k = GGML_TYPE_F32;
-    p.type_v = GGML_TYPE_F32;
+    p.flash_attn_type = flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    p.type_k = (enum ggml_type)type_k;
+    p.type_v = (enum ggml_type)type_v;
     p.swa_full = swa_full != 0;
     p.kv_unified = kv_unified != 0;
     p.no_perf = 1;
