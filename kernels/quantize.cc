@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstring>
+#include <limits>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kvspec/kernels/quantize.cc"
@@ -31,6 +33,23 @@ HWY_INLINE float BlockAbsMax(DF d, const float* HWY_RESTRICT x) {
   return hn::GetLane(hn::MaxOfLanes(d, m));
 }
 
+// Whether the 32 values of a block are all finite (a NaN compares false).
+HWY_INLINE bool BlockFinite(DF d, const float* HWY_RESTRICT x) {
+  const size_t N = hn::Lanes(d);
+  const VF largest = hn::Set(d, std::numeric_limits<float>::max());
+  for (size_t o = 0; o < static_cast<size_t>(kKvBlockValues); o += N) {
+    if (!hn::AllTrue(d, hn::Le(hn::Abs(hn::LoadU(d, x + o)), largest))) return false;
+  }
+  return true;
+}
+
+// A block of non-finite values: NaN scale, zero quants (kernels/quantize.h).
+template <class Block>
+HWY_INLINE void StoreNonFinite(Block* y) {
+  y->d = kNonFiniteBlockScale;
+  std::memset(y->qs, 0, sizeof(y->qs));
+}
+
 // roundf, lane by lane: the truncation, plus one away from zero when the
 // dropped fraction (exact) is at least a half.
 HWY_INLINE VF RoundHalfAway(DF d, VF v) {
@@ -53,6 +72,10 @@ void QuantizeQ8_0Impl(const float* HWY_RESTRICT x, size_t n, BlockQ8_0* HWY_REST
   const size_t N = hn::Lanes(d);
   for (size_t b = 0; b < n / kKvBlockValues; ++b) {
     const float* xb = x + b * kKvBlockValues;
+    if (!BlockFinite(d, xb)) {
+      StoreNonFinite(&y[b]);
+      continue;
+    }
     const float amax = BlockAbsMax(d, xb);
     const float scale = amax / 127.0f;
     const float id = scale != 0.0f ? 1.0f / scale : 0.0f;
@@ -70,6 +93,10 @@ void QuantizeQ4_0Impl(const float* HWY_RESTRICT x, size_t n, BlockQ4_0* HWY_REST
   const size_t N = hn::Lanes(d);
   for (size_t b = 0; b < n / kKvBlockValues; ++b) {
     const float* xb = x + b * kKvBlockValues;
+    if (!BlockFinite(d, xb)) {
+      StoreNonFinite(&y[b]);
+      continue;
+    }
     const float amax = BlockAbsMax(d, xb);
     float max = 0.0f;  // the first x of the largest magnitude
     for (int j = 0; j < kKvBlockValues; ++j) {

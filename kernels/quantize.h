@@ -8,6 +8,9 @@
 //   1 / d : 0; the block stores fp16(d) and nibble_j = min(15, trunc(x_j *
 //   id + 8.5)).
 // id comes from the fp32 d, before it is rounded to fp16, as ggml does.
+// A block holding a value that is not finite (ggml leaves it undefined; a
+// pad column's contents are NaN) is stored as the fp16 NaN scale
+// kNonFiniteBlockScale and zero quants: all its values read back as NaN.
 // A token's stored row depends on that row alone (blocks of 32 values).
 //
 // The Quantize* functions are the Highway versions, dispatched per call;
@@ -21,6 +24,9 @@
 #include "kvspec/kernels/kv_blocks.h"
 
 namespace kvspec {
+
+// The scale of a block stored from non-finite values: the fp16 quiet NaN.
+inline constexpr uint16_t kNonFiniteBlockScale = 0x7E00;
 
 // x [n] -> y [n / 32]; n a multiple of 32 (checked by StoreKvRow).
 void QuantizeQ8_0(const float* x, size_t n, BlockQ8_0* y);

@@ -10,9 +10,28 @@
 
 namespace kvspec {
 
+namespace {
+
+// Whether a block holds only finite values; else it is stored as a NaN
+// scale and zero quants (kernels/quantize.h).
+template <class Block>
+bool StoredAsFinite(const float* xb, Block* y) {
+  for (int j = 0; j < kKvBlockValues; ++j) {
+    if (!std::isfinite(xb[j])) {
+      y->d = kNonFiniteBlockScale;
+      std::memset(y->qs, 0, sizeof(y->qs));
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 void QuantizeQ8_0Reference(const float* x, size_t n, BlockQ8_0* y) {
   for (size_t b = 0; b < n / kKvBlockValues; ++b) {
     const float* xb = x + b * kKvBlockValues;
+    if (!StoredAsFinite(xb, &y[b])) continue;
     float amax = 0.0f;
     for (int j = 0; j < kKvBlockValues; ++j) amax = std::max(amax, std::fabs(xb[j]));
     const float d = amax / 127.0f;
@@ -27,6 +46,7 @@ void QuantizeQ8_0Reference(const float* x, size_t n, BlockQ8_0* y) {
 void QuantizeQ4_0Reference(const float* x, size_t n, BlockQ4_0* y) {
   for (size_t b = 0; b < n / kKvBlockValues; ++b) {
     const float* xb = x + b * kKvBlockValues;
+    if (!StoredAsFinite(xb, &y[b])) continue;
     float amax = 0.0f, max = 0.0f;
     for (int j = 0; j < kKvBlockValues; ++j) {
       if (amax < std::fabs(xb[j])) {

@@ -3,7 +3,7 @@
 // - known blocks whose bytes were derived from the format definitions
 //   outside this code (Python, numpy's float16 for the scale's rounding):
 //   round halves away from zero, a scale that underflows fp16, the sign of
-//   q4_0's largest magnitude, zeros;
+//   q4_0's largest magnitude, zeros, non-finite values;
 // - fp16 conversions: known values, and every fp16 read back exactly;
 // - QuantizeQ8_0 and QuantizeQ4_0 equal to their scalar references, byte
 //   for byte, over random rows of many scales;
@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -44,6 +45,18 @@ std::vector<float> Ramp(float (*f)(int)) {
   std::vector<float> x(32);
   for (int j = 0; j < 32; ++j) x[j] = f(j);
   return x;
+}
+
+// A ramp with one value replaced by `bad`, and the bytes of a non-finite block.
+std::vector<float> NonFinite(int at, float bad) {
+  std::vector<float> x = Ramp([](int j) { return (j - 16) * 0.25f; });
+  x[static_cast<size_t>(at)] = bad;
+  return x;
+}
+std::vector<uint8_t> NonFiniteBytes(size_t n) {
+  std::vector<uint8_t> bytes(n, 0);
+  bytes[1] = 0x7E;  // little-endian 0x7E00
+  return bytes;
 }
 
 // Bytes from the definitions in kernels/quantize.h, computed independently.
@@ -87,6 +100,16 @@ std::vector<KnownBlock> KnownBlocks() {
         0x00, 0x3F, 0x7F, 0x81, 0xC1, 0x00, 0x3F, 0x7F, 0x81, 0xC1},
        {0x04, 0x00, 0x40, 0x84, 0xC8, 0xFC, 0x0F, 0x40, 0x84, 0xC8, 0xFC, 0x0F,
         0x40, 0x84, 0xC8, 0xFC, 0x0F, 0x40}},
+      // Non-finite values (a pad column's NaN, an infinity) anywhere in a
+      // block: the fp16 NaN scale 0x7E00 and zero quants.
+      {"nan_last", NonFinite(31, std::numeric_limits<float>::quiet_NaN()), NonFiniteBytes(34),
+       NonFiniteBytes(18)},
+      {"inf_first", NonFinite(0, std::numeric_limits<float>::infinity()), NonFiniteBytes(34),
+       NonFiniteBytes(18)},
+      {"all_nan", std::vector<float>(32, std::numeric_limits<float>::quiet_NaN()),
+       NonFiniteBytes(34), NonFiniteBytes(18)},
+      {"minus_inf", NonFinite(17, -std::numeric_limits<float>::infinity()), NonFiniteBytes(34),
+       NonFiniteBytes(18)},
   };
 }
 
