@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kvspec/base/kind.h"
+#include "kvspec/base/kv_type.h"
 
 namespace kvspec {
 
@@ -19,6 +20,7 @@ struct LayerConfig {
   int dim = 4;
   int32_t window = 0;       // 0: none (a kv layer sees everything)
   int32_t capacity = 0;     // rotating: ring capacity (>= window); 0: = window
+  KvType kv = KvType::kF32; // storage type of keys and values
   // Recurrent layers (ssm).
   int kheads = 0;           // key heads, divides heads; 0: = heads
   int dk = 4;

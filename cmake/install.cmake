@@ -13,7 +13,7 @@ set(kvspec_install_include ${CMAKE_INSTALL_INCLUDEDIR}/kvspec)
 
 # The public headers of each folder.
 set(kvspec_public_headers
-  base/kind.h base/layer_config.h base/status.h
+  base/kind.h base/kv_type.h base/layer_config.h base/status.h
   kernels/aligned_vector.h kernels/attention.h kernels/conv1d.h kernels/gated_delta.h
   kernels/kv_blocks.h kernels/kv_view.h kernels/mask.h kernels/quantize.h kernels/thread_pool.h
   core/batch.h core/cache.h core/invariants.h core/kv_cache.h core/layout.h

@@ -53,7 +53,7 @@ size_t GatherBytes(CacheKind cache_kind, const std::vector<Source>& rows, int64_
   const auto& first = static_cast<const ColumnStore&>(*rows[0].cache);
   std::vector<ColumnStore::RowSource> src;
   for (const Source& s : rows) src.push_back({static_cast<const ColumnStore*>(s.cache), s.row});
-  return ColumnStore::StorageBytes(n, first.kvHeads(), first.headDim(),
+  return ColumnStore::StorageBytes(n, first.kvHeads(), first.headDim(), first.kvType(),
                                    ColumnStore::GatheredSlots(src, columns));
 }
 
@@ -74,7 +74,7 @@ Status Gather(CacheKind cache_kind, bool batched, const std::vector<Source>& row
   const auto& first = static_cast<const ColumnStore&>(*rows[0].cache);
   std::unique_ptr<ColumnStore> c =
       NewColumnStore(batched, n, first.kvHeads(), first.headDim(), first.window(),
-                     first.ringCapacity());
+                     first.ringCapacity(), first.kvType());
   std::vector<ColumnStore::RowSource> src;
   int64_t peak = 0;
   for (const Source& s : rows) {
@@ -171,8 +171,9 @@ Status ExtractRow(const Cache& cache, int32_t row, std::unique_ptr<Cache>* out) 
       return Gather(cache_kind, false, {{&cache, row}}, count, out);
     }
     const auto& store = static_cast<const ColumnStore&>(cache);
-    std::unique_ptr<ColumnStore> c = NewColumnStore(false, 1, store.kvHeads(), store.headDim(),
-                                                    store.window(), store.ringCapacity());
+    std::unique_ptr<ColumnStore> c =
+        NewColumnStore(false, 1, store.kvHeads(), store.headDim(), store.window(),
+                       store.ringCapacity(), store.kvType());
     c->GatherRealTokens(store, row);
     *out = std::move(c);
     return Status::Ok();
@@ -223,7 +224,8 @@ size_t ExtractRowBytes(const Cache& cache, int32_t row) {
       return GatherBytes(cache_kind, {{&cache, row}}, cache.positions()[row]);
     }
     const auto& store = static_cast<const ColumnStore&>(cache);
-    return ColumnStore::StorageBytes(1, store.kvHeads(), store.headDim(), store.HeldTokens(row));
+    return ColumnStore::StorageBytes(1, store.kvHeads(), store.headDim(), store.kvType(),
+                                     store.HeldTokens(row));
   } catch (const std::exception&) {
     return std::numeric_limits<size_t>::max();
   }

@@ -7,6 +7,7 @@
 
 #include "kvspec/core/invariants.h"
 #include "kvspec/core/invariants_internal.h"
+#include "kvspec/kernels/quantize.h"
 
 namespace kvspec {
 
@@ -52,8 +53,9 @@ Status CheckForwardColumns(const ForwardColumns& cols, const std::vector<int32_t
 }
 
 ColumnStore::ColumnStore(int rows, int kv_heads, int dim, int32_t window,
-                         int32_t ring_capacity)
-    : rows_(rows), kv_heads_(kv_heads), dim_(dim), window_(window),
+                         int32_t ring_capacity, KvType type)
+    : rows_(rows), kv_heads_(kv_heads), dim_(dim), type_(type),
+      row_bytes_(KvRowBytes(type, dim)), window_(window),
       ring_capacity_(ring_capacity), next_(static_cast<size_t>(rows), 0),
       held_pads_(static_cast<size_t>(rows), 0) {}
 
@@ -65,11 +67,11 @@ void ColumnStore::CountHeldPads() {
 }
 
 size_t ColumnStore::bytesPerToken() const {
-  return static_cast<size_t>(kv_heads_) * (2 * static_cast<size_t>(dim_)) * sizeof(float);
+  return static_cast<size_t>(kv_heads_) * 2 * row_bytes_;
 }
 
 size_t ColumnStore::allocatedBytes() const {
-  return (k_.size() + v_.size()) * sizeof(float) + slot_pos_.size() * sizeof(int32_t);
+  return k_.size() + v_.size() + slot_pos_.size() * sizeof(int32_t);
 }
 
 bool ColumnStore::isTrimmable() const { return !wrapped(); }
@@ -115,11 +117,11 @@ size_t ColumnStore::BytesAfterAppend(int32_t columns) const {
 }
 
 void ColumnStore::CopyColumn(int row, size_t from_slot, size_t to_slot) {
-  const size_t dim = static_cast<size_t>(dim_);
+  const size_t rb = row_bytes_;
   for (int h = 0; h < kv_heads_; ++h) {
-    const size_t base = (static_cast<size_t>(row) * kv_heads_ + h) * slots_ * dim;
-    std::memcpy(&k_[base + to_slot * dim], &k_[base + from_slot * dim], dim * sizeof(float));
-    std::memcpy(&v_[base + to_slot * dim], &v_[base + from_slot * dim], dim * sizeof(float));
+    const size_t base = (static_cast<size_t>(row) * kv_heads_ + h) * slots_ * rb;
+    std::memcpy(&k_[base + to_slot * rb], &k_[base + from_slot * rb], rb);
+    std::memcpy(&v_[base + to_slot * rb], &v_[base + from_slot * rb], rb);
   }
   slot_pos_[row * slots_ + to_slot] = slot_pos_[row * slots_ + from_slot];
 }
@@ -128,29 +130,28 @@ void ColumnStore::ReserveAppend(const ForwardColumns& cols, AppendSpace* space) 
   space->slots = SlotsAfterAppend(cols.columns);
   space->relayout = space->slots != slots_;
   if (space->relayout) {
-    const size_t floats =
-        static_cast<size_t>(rows_) * kv_heads_ * space->slots * static_cast<size_t>(dim_);
-    space->k.assign(floats, 0.0f);
-    space->v.assign(floats, 0.0f);
+    const size_t bytes = static_cast<size_t>(rows_) * kv_heads_ * space->slots * row_bytes_;
+    space->k.assign(bytes, 0);
+    space->v.assign(bytes, 0);
     space->pos.assign(static_cast<size_t>(rows_) * space->slots, -1);
   }
   space->last_write.assign(static_cast<size_t>(rows_), 0);
 }
 
 void ColumnStore::Relayout(AppendSpace* space, int64_t keep) {
-  const size_t dim = static_cast<size_t>(dim_);
+  const size_t rb = row_bytes_;
   const size_t slots = space->slots;
-  AlignedVector<float>& k = space->k;
-  AlignedVector<float>& v = space->v;
+  AlignedVector<uint8_t>& k = space->k;
+  AlignedVector<uint8_t>& v = space->v;
   std::vector<int32_t>& pos = space->pos;
   for (int r = 0; r < rows_; ++r) {
     for (int64_t c = 0; c < keep; ++c) {
       const size_t from = Slot(held_ - keep + c);
       for (int h = 0; h < kv_heads_; ++h) {
-        const size_t old_base = (static_cast<size_t>(r) * kv_heads_ + h) * slots_ * dim;
-        const size_t new_base = (static_cast<size_t>(r) * kv_heads_ + h) * slots * dim;
-        std::memcpy(&k[new_base + c * dim], &k_[old_base + from * dim], dim * sizeof(float));
-        std::memcpy(&v[new_base + c * dim], &v_[old_base + from * dim], dim * sizeof(float));
+        const size_t old_base = (static_cast<size_t>(r) * kv_heads_ + h) * slots_ * rb;
+        const size_t new_base = (static_cast<size_t>(r) * kv_heads_ + h) * slots * rb;
+        std::memcpy(&k[new_base + c * rb], &k_[old_base + from * rb], rb);
+        std::memcpy(&v[new_base + c * rb], &v_[old_base + from * rb], rb);
       }
       pos[r * slots + c] = slot_pos_[r * slots_ + from];
     }
@@ -165,6 +166,8 @@ void ColumnStore::Relayout(AppendSpace* space, int64_t keep) {
 }
 
 Status ColumnStore::CheckAppend(const ForwardColumns& cols) const {
+  // The one refusal StoreKvRow could make, made before anything changes.
+  KVSPEC_RETURN_IF_ERROR(CheckKvType(type_, dim_));
   return CheckForwardColumns(cols, next_, columns_);
 }
 
@@ -179,6 +182,7 @@ Status ColumnStore::AppendReserved(const ForwardColumns& cols, const float* k, c
   // In place: overwriting the oldest held columns never reaches the `keep`
   // newest ones, because keep + L <= S.
   const size_t dim = static_cast<size_t>(dim_);
+  const size_t rb = row_bytes_;
   const size_t L = static_cast<size_t>(cols.columns);
   for (size_t i = 0; i < L; ++i) {
     size_t slot;
@@ -193,11 +197,12 @@ Status ColumnStore::AppendReserved(const ForwardColumns& cols, const float* k, c
     for (int r = 0; r < rows_; ++r) {
       if (overwrite) held_pads_[r] -= slot_pos_[r * slots_ + slot] < 0;
       for (int h = 0; h < kv_heads_; ++h) {
-        // Input [rows][L][kv_heads][dim] -> storage [rows][kv_heads][S][dim].
+        // Input [rows][L][kv_heads][dim] -> storage [rows][kv_heads][S] rows
+        // of the storage type (the dim was checked at construction).
         const size_t in = ((r * L + i) * kv_heads_ + h) * dim;
-        const size_t out = ((static_cast<size_t>(r) * kv_heads_ + h) * slots_ + slot) * dim;
-        std::memcpy(&k_[out], k + in, dim * sizeof(float));
-        std::memcpy(&v_[out], v + in, dim * sizeof(float));
+        const size_t out = ((static_cast<size_t>(r) * kv_heads_ + h) * slots_ + slot) * rb;
+        KVSPEC_RETURN_IF_ERROR(StoreKvRow(type_, k + in, dim_, &k_[out]));
+        KVSPEC_RETURN_IF_ERROR(StoreKvRow(type_, v + in, dim_, &v_[out]));
       }
       const int32_t col = static_cast<int32_t>(i);
       const bool real = col >= cols.left[r] && col < cols.columns - cols.right[r];
@@ -321,6 +326,7 @@ void ColumnStore::HashState(Hasher* hasher) const {
   hasher->Value(rows_);
   hasher->Value(kv_heads_);
   hasher->Value(dim_);
+  hasher->Value(type_);
   hasher->Value(window_);
   hasher->Value(ring_capacity_);
   hasher->Value(columns_);
@@ -339,8 +345,8 @@ void ColumnStore::HashState(Hasher* hasher) const {
 }
 
 KvView ColumnStore::View() const {
-  return KvView::Dense(k_.data(), v_.data(), slot_pos_.data(), rows_, kv_heads_, dim_,
-                       static_cast<int32_t>(slots_), static_cast<int32_t>(first_));
+  return KvView::DenseBytes(type_, k_.data(), v_.data(), slot_pos_.data(), rows_, kv_heads_,
+                            dim_, static_cast<int32_t>(slots_), static_cast<int32_t>(first_));
 }
 
 std::vector<int32_t> ColumnStore::LogicalSlots(int row) const {
@@ -353,8 +359,8 @@ std::vector<int32_t> ColumnStore::LogicalSlots(int row) const {
 }
 
 bool ColumnStore::SameShape(const ColumnStore& o) const {
-  return kv_heads_ == o.kv_heads_ && dim_ == o.dim_ && window_ == o.window_ &&
-         ring_capacity_ == o.ring_capacity_;
+  return kv_heads_ == o.kv_heads_ && dim_ == o.dim_ && type_ == o.type_ &&
+         window_ == o.window_ && ring_capacity_ == o.ring_capacity_;
 }
 
 bool ColumnStore::SamePhase(const ColumnStore& o) const {
@@ -370,10 +376,10 @@ int64_t ColumnStore::GatheredSlots(const std::vector<RowSource>& sources, int64_
   return held;
 }
 
-size_t ColumnStore::StorageBytes(int rows, int kv_heads, int dim, int64_t slots) {
+size_t ColumnStore::StorageBytes(int rows, int kv_heads, int dim, KvType type,
+                                 int64_t slots) {
   const size_t cells = static_cast<size_t>(rows) * static_cast<size_t>(slots);
-  return cells * (2 * static_cast<size_t>(kv_heads) * static_cast<size_t>(dim) * sizeof(float) +
-                  sizeof(int32_t));
+  return cells * (2 * static_cast<size_t>(kv_heads) * KvRowBytes(type, dim) + sizeof(int32_t));
 }
 
 int64_t ColumnStore::HeldTokens(int row) const {
@@ -388,9 +394,9 @@ void ColumnStore::GatherRows(const std::vector<RowSource>& sources, int64_t colu
   // grows to M at its next append (SlotsAfterAppend).
   const int64_t held = GatheredSlots(sources, columns);
   const size_t slots = static_cast<size_t>(held);
-  const size_t dim = static_cast<size_t>(dim_);
-  k_.assign(static_cast<size_t>(rows_) * kv_heads_ * slots * dim, 0.0f);
-  v_.assign(k_.size(), 0.0f);
+  const size_t rb = row_bytes_;
+  k_.assign(static_cast<size_t>(rows_) * kv_heads_ * slots * rb, 0);
+  v_.assign(k_.size(), 0);
   slot_pos_.assign(static_cast<size_t>(rows_) * slots, -1);
   slots_ = slots;
   first_ = 0;
@@ -403,10 +409,10 @@ void ColumnStore::GatherRows(const std::vector<RowSource>& sources, int64_t colu
       if (from < 0) continue;                      // left padding in front
       const size_t fs = src.Slot(from);
       for (int h = 0; h < kv_heads_; ++h) {
-        const size_t in = ((static_cast<size_t>(sr) * kv_heads_ + h) * src.slots_ + fs) * dim;
-        const size_t out = ((static_cast<size_t>(r) * kv_heads_ + h) * slots + c) * dim;
-        std::memcpy(&k_[out], &src.k_[in], dim * sizeof(float));
-        std::memcpy(&v_[out], &src.v_[in], dim * sizeof(float));
+        const size_t in = ((static_cast<size_t>(sr) * kv_heads_ + h) * src.slots_ + fs) * rb;
+        const size_t out = ((static_cast<size_t>(r) * kv_heads_ + h) * slots + c) * rb;
+        std::memcpy(&k_[out], &src.k_[in], rb);
+        std::memcpy(&v_[out], &src.v_[in], rb);
       }
       slot_pos_[r * slots + c] = src.slot_pos_[sr * src.slots_ + fs];
     }
@@ -426,9 +432,9 @@ void ColumnStore::GatherRealTokens(const ColumnStore& src, int row) {
   // Only the real tokens the row holds (no pad columns, not M slots).
   const int64_t held = src.HeldTokens(row);
   const size_t slots = static_cast<size_t>(held);
-  const size_t dim = static_cast<size_t>(dim_);
-  k_.assign(static_cast<size_t>(kv_heads_) * slots * dim, 0.0f);
-  v_.assign(k_.size(), 0.0f);
+  const size_t rb = row_bytes_;
+  k_.assign(static_cast<size_t>(kv_heads_) * slots * rb, 0);
+  v_.assign(k_.size(), 0);
   slot_pos_.assign(slots, -1);
   slots_ = slots;
   first_ = 0;
@@ -439,10 +445,10 @@ void ColumnStore::GatherRealTokens(const ColumnStore& src, int row) {
     const size_t fs = src.Slot(from);
     if (src_pos[fs] < 0) continue;
     for (int h = 0; h < kv_heads_; ++h) {
-      const size_t in = ((static_cast<size_t>(row) * kv_heads_ + h) * src.slots_ + fs) * dim;
-      const size_t out = (static_cast<size_t>(h) * slots + c) * dim;
-      std::memcpy(&k_[out], &src.k_[in], dim * sizeof(float));
-      std::memcpy(&v_[out], &src.v_[in], dim * sizeof(float));
+      const size_t in = ((static_cast<size_t>(row) * kv_heads_ + h) * src.slots_ + fs) * rb;
+      const size_t out = (static_cast<size_t>(h) * slots + c) * rb;
+      std::memcpy(&k_[out], &src.k_[in], rb);
+      std::memcpy(&v_[out], &src.v_[in], rb);
     }
     slot_pos_[c] = src_pos[fs];
     ++c;
@@ -463,13 +469,16 @@ void ColumnStore::GatherRealTokens(const ColumnStore& src, int row) {
 }
 
 std::unique_ptr<ColumnStore> NewColumnStore(bool batched, int rows, int kv_heads, int dim,
-                                            int32_t window, int32_t ring_capacity) {
+                                            int32_t window, int32_t ring_capacity, KvType type) {
   if (ring_capacity > 0) {
-    if (!batched) return std::make_unique<RotatingCache>(kv_heads, dim, window, ring_capacity);
-    return std::make_unique<BatchedRotatingCache>(rows, kv_heads, dim, window, ring_capacity);
+    if (!batched) {
+      return std::make_unique<RotatingCache>(kv_heads, dim, window, ring_capacity, type);
+    }
+    return std::make_unique<BatchedRotatingCache>(rows, kv_heads, dim, window, ring_capacity,
+                                                  type);
   }
-  if (!batched) return std::make_unique<KvCache>(kv_heads, dim, window);
-  return std::make_unique<BatchedKvCache>(rows, kv_heads, dim, window);
+  if (!batched) return std::make_unique<KvCache>(kv_heads, dim, window, type);
+  return std::make_unique<BatchedKvCache>(rows, kv_heads, dim, window, type);
 }
 
 // ------------------------------------------------------------ invariants
@@ -483,12 +492,13 @@ Status ColumnStore::CheckStoredState() const {
   constexpr const char* kType = "ColumnStore";
   const bool ring = ring_capacity_ > 0;
   if (rows_ < 1 || kv_heads_ < 1 || dim_ < 1 || window_ < 0 || ring_capacity_ < 0 ||
-      (ring && (window_ < 1 || window_ > ring_capacity_))) {
+      (ring && (window_ < 1 || window_ > ring_capacity_)) || !CheckKvType(type_, dim_).ok() ||
+      row_bytes_ != KvRowBytes(type_, dim_)) {
     return Broken(kType, 1,
                   "bad shape (rows " + std::to_string(rows_) + ", kv heads " +
-                      std::to_string(kv_heads_) + ", dim " + std::to_string(dim_) +
-                      ", window " + std::to_string(window_) + ", ring capacity " +
-                      std::to_string(ring_capacity_) + ")");
+                      std::to_string(kv_heads_) + ", dim " + std::to_string(dim_) + ", type " +
+                      KvTypeName(type_) + ", window " + std::to_string(window_) +
+                      ", ring capacity " + std::to_string(ring_capacity_) + ")");
   }
   if (held_ < 0 || held_ > columns_ || columns_ > peak_ || peak_before_write_ < 0 ||
       peak_before_write_ > peak_) {
@@ -510,8 +520,7 @@ Status ColumnStore::CheckStoredState() const {
     return Broken(kType, 4, "a cache that has not wrapped holds every column");
   }
   const size_t rows = static_cast<size_t>(rows_);
-  const size_t elements =
-      ProductOrMax({rows, static_cast<size_t>(kv_heads_), slots_, static_cast<size_t>(dim_)});
+  const size_t elements = ProductOrMax({rows, static_cast<size_t>(kv_heads_), slots_, row_bytes_});
   KVSPEC_RETURN_IF_ERROR(SizeIs(kType, 5, "keys", k_.size(), elements));
   KVSPEC_RETURN_IF_ERROR(SizeIs(kType, 5, "values", v_.size(), elements));
   KVSPEC_RETURN_IF_ERROR(

@@ -24,7 +24,7 @@ namespace kvspec {
 struct AppendSpace {
   size_t slots = 0;                // the buffer's slots after the append
   bool relayout = false;           // k, v and pos are the new buffer
-  AlignedVector<float> k, v;       // [rows][kv_heads][slots][dim]
+  AlignedVector<uint8_t> k, v;     // [rows][kv_heads][slots] stored head rows
   std::vector<int32_t> pos;        // [rows][slots]
   std::vector<int32_t> last_write; // [rows]
 };
@@ -35,6 +35,8 @@ class AttentionCache : public Cache {
   const AttentionCache* AsAttention() const final { return this; }
   virtual int kvHeads() const = 0;
   virtual int headDim() const = 0;
+  // How keys and values are stored (KvType: f32, bf16, q8_0, q4_0).
+  virtual KvType kvType() const = 0;
   // The layer's sliding window (kNoWindow: none); decides its mask.
   virtual int32_t window() const = 0;
   // Ring capacity (0: a plain cache). Layers that agree on window and ring
@@ -42,7 +44,8 @@ class AttentionCache : public Cache {
   virtual int32_t ringCapacity() const = 0;
 
   // Appends one forward's columns. k and v: [rows][L][kv_heads][dim],
-  // pad columns included (their contents are stored but never visible).
+  // pad columns included (their contents are stored but never visible),
+  // each head row stored as kvType() (rounded or quantized once, here).
   virtual Status CheckAppend(const ForwardColumns& cols) const = 0;
   // Allocates into `space` what appending the accepted `cols` needs; changes
   // nothing (std::bad_alloc may escape: the caller refuses).
@@ -95,7 +98,8 @@ class AttentionCache : public Cache {
 //     a gather of rows to the columns they hold, never to M alone.)
 //  4. A plain cache holds every column from slot 0 (held = columns,
 //     first = 0); a ring that has not wrapped holds every column.
-//  5. Sizes: keys and values rows*kv_heads*S*dim floats, slot positions
+//  5. Sizes: keys and values rows*kv_heads*S stored head rows of
+//     KvRowBytes(type, dim) bytes each, slot positions
 //     rows*S, next and held pads one per row, last write empty or one per row.
 //  6. Per row: 0 <= next <= columns.
 //  7. Per row: each held slot holds -1 or a position below next, increasing
@@ -108,7 +112,8 @@ class AttentionCache : public Cache {
 // 10. Per row: held pads = the held columns that hold -1.
 class ColumnStore : public AttentionCache {
  public:
-  ColumnStore(int rows, int kv_heads, int dim, int32_t window, int32_t ring_capacity);
+  ColumnStore(int rows, int kv_heads, int dim, int32_t window, int32_t ring_capacity,
+              KvType type = KvType::kF32);
   const ColumnStore* AsColumnStore() const final { return this; }
 
   int rows() const override { return rows_; }
@@ -124,6 +129,7 @@ class ColumnStore : public AttentionCache {
 
   int kvHeads() const override { return kv_heads_; }
   int headDim() const override { return dim_; }
+  KvType kvType() const override { return type_; }
   int32_t window() const override { return window_; }
   Status CheckAppend(const ForwardColumns& cols) const override;
   void ReserveAppend(const ForwardColumns& cols, AppendSpace* space) const override;
@@ -147,7 +153,8 @@ class ColumnStore : public AttentionCache {
     const ColumnStore* store;
     int row;
   };
-  // Same kind family and shape (heads, dim, window, ring capacity).
+  // Same kind family and shape (heads, dim, storage type, window, ring
+  // capacity).
   bool SameShape(const ColumnStore& other) const;
   // Fills this empty store (rows() == sources.size()) with the sources'
   // rows, each right-justified in `columns` columns: a row whose store has
@@ -166,7 +173,7 @@ class ColumnStore : public AttentionCache {
   int64_t HeldTokens(int row) const;
   // Bytes of keys, values and slot positions of `rows` rows of `slots`
   // slots (what allocatedBytes() reports for that buffer).
-  static size_t StorageBytes(int rows, int kv_heads, int dim, int64_t slots);
+  static size_t StorageBytes(int rows, int kv_heads, int dim, KvType type, int64_t slots);
   int64_t peak() const { return peak_; }
   // Real tokens per row of the last write; empty after any other change.
   const std::vector<int32_t>& lastWriteReal() const { return last_write_real_; }
@@ -201,6 +208,8 @@ class ColumnStore : public AttentionCache {
   int rows_;
   int kv_heads_;
   int dim_;
+  KvType type_;
+  size_t row_bytes_;               // KvRowBytes(type_, dim_): one stored head row
   int32_t window_;
   int32_t ring_capacity_;
   int64_t columns_ = 0;            // logical columns per row (pads included)
@@ -209,7 +218,7 @@ class ColumnStore : public AttentionCache {
   size_t slots_ = 0;               // S: physical slots per row
   size_t first_ = 0;               // slot of the oldest held column
   int64_t held_ = 0;               // columns physically held (<= S)
-  AlignedVector<float> k_, v_;     // [rows][kv_heads][S][dim], 64-byte aligned
+  AlignedVector<uint8_t> k_, v_;   // [rows][kv_heads][S] head rows, 64-byte aligned
   std::vector<int32_t> slot_pos_;  // [rows][S]; -1: no visible token
   std::vector<int32_t> next_;      // [rows] next position
   // Pad columns among each row's held columns: while no row holds one, a
@@ -225,8 +234,9 @@ class ColumnStore : public AttentionCache {
 class KvCache final : public WithKind<KvCache, ColumnStore> {
  public:
   static constexpr std::string_view kKind = kKindKv;
-  explicit KvCache(int kv_heads, int dim, int32_t window = kNoWindow)
-      : WithKind(1, kv_heads, dim, window, 0) {}
+  explicit KvCache(int kv_heads, int dim, int32_t window = kNoWindow,
+                   KvType type = KvType::kF32)
+      : WithKind(1, kv_heads, dim, window, 0, type) {}
   std::unique_ptr<Cache> Copy() const override {
     auto copy = std::make_unique<KvCache>(*this);
     KVSPEC_ASSERT_INVARIANTS(*copy, "KvCache::Copy");
@@ -237,8 +247,9 @@ class KvCache final : public WithKind<KvCache, ColumnStore> {
 class BatchedKvCache final : public WithKind<BatchedKvCache, ColumnStore> {
  public:
   static constexpr std::string_view kKind = kKindBatchedKv;
-  BatchedKvCache(int rows, int kv_heads, int dim, int32_t window = kNoWindow)
-      : WithKind(rows, kv_heads, dim, window, 0) {}
+  BatchedKvCache(int rows, int kv_heads, int dim, int32_t window = kNoWindow,
+                 KvType type = KvType::kF32)
+      : WithKind(rows, kv_heads, dim, window, 0, type) {}
   std::unique_ptr<Cache> Copy() const override {
     auto copy = std::make_unique<BatchedKvCache>(*this);
     KVSPEC_ASSERT_INVARIANTS(*copy, "BatchedKvCache::Copy");
@@ -249,8 +260,9 @@ class BatchedKvCache final : public WithKind<BatchedKvCache, ColumnStore> {
 class RotatingCache final : public WithKind<RotatingCache, ColumnStore> {
  public:
   static constexpr std::string_view kKind = kKindRotating;
-  RotatingCache(int kv_heads, int dim, int32_t window, int32_t capacity)
-      : WithKind(1, kv_heads, dim, window, capacity) {}
+  RotatingCache(int kv_heads, int dim, int32_t window, int32_t capacity,
+                KvType type = KvType::kF32)
+      : WithKind(1, kv_heads, dim, window, capacity, type) {}
   std::unique_ptr<Cache> Copy() const override {
     auto copy = std::make_unique<RotatingCache>(*this);
     KVSPEC_ASSERT_INVARIANTS(*copy, "RotatingCache::Copy");
@@ -261,8 +273,9 @@ class RotatingCache final : public WithKind<RotatingCache, ColumnStore> {
 class BatchedRotatingCache final : public WithKind<BatchedRotatingCache, ColumnStore> {
  public:
   static constexpr std::string_view kKind = kKindBatchedRotating;
-  BatchedRotatingCache(int rows, int kv_heads, int dim, int32_t window, int32_t capacity)
-      : WithKind(rows, kv_heads, dim, window, capacity) {}
+  BatchedRotatingCache(int rows, int kv_heads, int dim, int32_t window, int32_t capacity,
+                       KvType type = KvType::kF32)
+      : WithKind(rows, kv_heads, dim, window, capacity, type) {}
   std::unique_ptr<Cache> Copy() const override {
     auto copy = std::make_unique<BatchedRotatingCache>(*this);
     KVSPEC_ASSERT_INVARIANTS(*copy, "BatchedRotatingCache::Copy");
@@ -273,7 +286,8 @@ class BatchedRotatingCache final : public WithKind<BatchedRotatingCache, ColumnS
 // A plain (ring_capacity 0) or ring cache of the given shape, of the
 // single-row kind when !batched (then rows must be 1).
 std::unique_ptr<ColumnStore> NewColumnStore(bool batched, int rows, int kv_heads, int dim,
-                                            int32_t window, int32_t ring_capacity);
+                                            int32_t window, int32_t ring_capacity,
+                                            KvType type = KvType::kF32);
 
 // Checks `cols` against a batch of rows with next positions `next` and
 // `columns` columns so far: row count, left + right <= L, left padding only

@@ -193,11 +193,11 @@ TEST(ColumnStoreEdges, AnOverflowingBufferSizeNeverMatches) {
   ASSERT_TRUE(AppendTo(c, ForwardColumns::Dense(1, 1)).ok());
   const size_t slots = c.physicalSlots();
   ASSERT_GT(slots, 0u);
-  // rows * heads * slots' * dim = 2 * (2^63 + slots) wraps to 2 * slots.
+  // rows * heads * slots' * row bytes = 8 * (2^63 + slots) wraps to 8 * slots.
   Access::Slots(c) = (size_t{1} << 63) + slots;
   const Status s = c.CheckInvariants();
   ExpectError(s, {"ColumnStore invariant 5",
-                  "keys holds " + std::to_string(2 * slots) + " values, " +
+                  "keys holds " + std::to_string(8 * slots) + " values, " +
                       std::to_string(std::numeric_limits<size_t>::max()) + " expected"});
 }
 

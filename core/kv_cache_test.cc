@@ -430,7 +430,7 @@ TEST(RingStorage, StaysBoundedWhateverTheDecodes) {
   ASSERT_TRUE(ring.Append(ForwardColumns::Dense(1, 4), x.data(), x.data()).ok());
   decodes(4);  // position 8: wrapped
   const size_t wrapped = ring.allocatedBytes();
-  EXPECT_LE(wrapped, ColumnStore::StorageBytes(1, 1, 4, 5 + 1));
+  EXPECT_LE(wrapped, ColumnStore::StorageBytes(1, 1, 4, KvType::kF32, 5 + 1));
   for (int i = 0; i < 40; ++i) {
     decodes(1);
     ASSERT_EQ(ring.allocatedBytes(), wrapped) << "after " << i + 1 << " more decodes";
@@ -438,7 +438,7 @@ TEST(RingStorage, StaysBoundedWhateverTheDecodes) {
   EXPECT_EQ(ring.positions(), std::vector<int32_t>{48});
   ASSERT_TRUE(ring.Append(ForwardColumns::Dense(1, 8), x.data(), x.data()).ok());
   const size_t windowed = ring.allocatedBytes();
-  EXPECT_LE(windowed, ColumnStore::StorageBytes(1, 1, 4, 3 - 1 + 8));
+  EXPECT_LE(windowed, ColumnStore::StorageBytes(1, 1, 4, KvType::kF32, 3 - 1 + 8));
   for (int i = 0; i < 20; ++i) {
     decodes(1);
     ASSERT_EQ(ring.allocatedBytes(), windowed) << "after " << i + 1 << " decodes";

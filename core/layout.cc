@@ -34,10 +34,12 @@ Status NewPlainLayer(int rows, const LayerConfig& c, size_t i, std::unique_ptr<C
                          ", query heads " + std::to_string(c.QueryHeads()) + ", dim " +
                          std::to_string(c.dim) + ", window " + std::to_string(c.window) + ")");
   }
+  const Status type = CheckKvType(c.kv, c.dim);
+  if (!type.ok()) return Status::Error(LayerName(c, i) + ": " + type.message());
   if (rows == 1) {
-    *out = std::make_unique<KvCache>(c.heads, c.dim, c.window);
+    *out = std::make_unique<KvCache>(c.heads, c.dim, c.window, c.kv);
   } else {
-    *out = std::make_unique<BatchedKvCache>(rows, c.heads, c.dim, c.window);
+    *out = std::make_unique<BatchedKvCache>(rows, c.heads, c.dim, c.window, c.kv);
   }
   return Status::Ok();
 }
@@ -51,10 +53,13 @@ Status NewRingLayer(int rows, const LayerConfig& c, size_t i, std::unique_ptr<Ca
                          ", window " + std::to_string(c.window) + ", capacity " +
                          std::to_string(capacity) + ")");
   }
+  const Status type = CheckKvType(c.kv, c.dim);
+  if (!type.ok()) return Status::Error(LayerName(c, i) + ": " + type.message());
   if (rows == 1) {
-    *out = std::make_unique<RotatingCache>(c.heads, c.dim, c.window, capacity);
+    *out = std::make_unique<RotatingCache>(c.heads, c.dim, c.window, capacity, c.kv);
   } else {
-    *out = std::make_unique<BatchedRotatingCache>(rows, c.heads, c.dim, c.window, capacity);
+    *out = std::make_unique<BatchedRotatingCache>(rows, c.heads, c.dim, c.window, capacity,
+                                                  c.kv);
   }
   return Status::Ok();
 }
@@ -75,6 +80,10 @@ Status NewRecurrentLayer(int rows, const LayerConfig& c, size_t i,
                          std::to_string(shape.key_heads) + ", dk " + std::to_string(shape.dk) +
                          ", dv " + std::to_string(shape.dv) + ", conv " +
                          std::to_string(shape.conv) + ")");
+  }
+  if (c.kv != KvType::kF32) {
+    return Status::Error(LayerName(c, i) + ": a storage type (kv=" + KvTypeName(c.kv) +
+                         ") applies to attention layers only");
   }
   if (rows == 1) {
     *out = std::make_unique<SsmCache>(shape);
@@ -324,12 +333,13 @@ bool MatchesConfig(const Cache& cache, const LayerConfig& config) {
     if (!ssm) return false;
     const SsmShape& s = ssm->shape();
     return s.value_heads == config.heads && s.key_heads == config.KeyHeads() &&
-           s.dk == config.dk && s.dv == config.dv && s.conv == config.conv;
+           s.dk == config.dk && s.dv == config.dv && s.conv == config.conv &&
+           config.kv == KvType::kF32;
   }
   if (!store) return false;
   const int32_t capacity = config.kind == CacheKind::kRotating ? config.RingCapacity() : 0;
   return store->kvHeads() == config.heads && store->headDim() == config.dim &&
-         store->window() == config.window && store->ringCapacity() == capacity &&
+         store->kvType() == config.kv && store->window() == config.window && store->ringCapacity() == capacity &&
          config.QueryHeads() % config.heads == 0;
 }
 

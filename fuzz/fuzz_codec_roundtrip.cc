@@ -1,7 +1,8 @@
 // Round-trip fuzz target of the persistence codecs: the input's bytes pick
-// a hybrid layout (kv, windowed kv, ring, recurrent layers; 1-4 rows) and a
-// sequence of operations (windows with left and prepared padding, decodes,
-// trims, rounds with ragged accepts, filter, join with a copy, extract);
+// a hybrid layout (kv, windowed kv, ring, recurrent layers; 1-4 rows; every
+// storage type) and a sequence of operations (windows with left and
+// prepared padding, decodes, trims, rounds with ragged accepts, filter,
+// join with a copy, extract);
 // at every step the layout is saved and loaded back, and the loaded one
 // must hash exactly like the original, encode to the same bytes, and behave
 // alike on the next operation (same status, same state hash after it).
@@ -193,6 +194,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       default:
         break;
+    }
+    if (c.kind != CacheKind::kSsm) {
+      kvspec::testing::FdpChoices choices(&in);
+      c.kv = kvspec::testing::DrawKvType(choices, &c.dim);
     }
     layers.push_back(c);
   }

@@ -1,4 +1,3 @@
-// The storage types of an attention layer's keys and values (KvType) and
 // ggml's block formats q8_0 and q4_0, bit for bit: blocks of 32 values along
 // a head's dim, each with an fp16 scale d.
 // - q8_0 (34 bytes): d, then 32 int8 q; value j = q[j] * d.
@@ -14,14 +13,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kvspec/base/status.h"
+#include "kvspec/base/kv_type.h"
 
 namespace kvspec {
-
-enum class KvType : uint8_t { kF32, kBf16, kQ8_0, kQ4_0 };
-
-// Values per block of q8_0 and q4_0.
-inline constexpr int kKvBlockValues = 32;
 
 struct BlockQ8_0 {
   uint16_t d;     // fp16 scale
@@ -31,8 +25,8 @@ struct BlockQ4_0 {
   uint16_t d;      // fp16 scale
   uint8_t qs[16];  // value j: low nibble of qs[j] (j < 16), high of qs[j - 16]; minus 8, times d
 };
-static_assert(sizeof(BlockQ8_0) == 34, "q8_0 is 34 bytes per 32 values");
-static_assert(sizeof(BlockQ4_0) == 18, "q4_0 is 18 bytes per 32 values");
+static_assert(sizeof(BlockQ8_0) == kQ8_0BlockBytes, "q8_0 is 34 bytes per 32 values");
+static_assert(sizeof(BlockQ4_0) == kQ4_0BlockBytes, "q4_0 is 18 bytes per 32 values");
 
 // Values one stored unit holds: 1 for fp32 and bf16, a block's 32 for q8_0
 // and q4_0 (the kernels address rows in units).
@@ -42,50 +36,6 @@ template <>
 inline constexpr int kValuesPerUnit<BlockQ8_0> = kKvBlockValues;
 template <>
 inline constexpr int kValuesPerUnit<BlockQ4_0> = kKvBlockValues;
-
-// "f32", "bf16", "q8_0", "q4_0".
-inline const char* KvTypeName(KvType type) {
-  switch (type) {
-    case KvType::kF32:
-      return "f32";
-    case KvType::kBf16:
-      return "bf16";
-    case KvType::kQ8_0:
-      return "q8_0";
-    case KvType::kQ4_0:
-      return "q4_0";
-  }
-  return "?";
-}
-
-inline bool IsBlockType(KvType type) { return type == KvType::kQ8_0 || type == KvType::kQ4_0; }
-
-// Whether a head of `dim` values can be stored as `type`: q8_0 and q4_0
-// need a positive multiple of 32.
-inline Status CheckKvType(KvType type, int dim) {
-  if (IsBlockType(type) && (dim <= 0 || dim % kKvBlockValues != 0)) {
-    return Status::Error(std::string("storage type ") + KvTypeName(type) + " needs a dim that is a " +
-                         "positive multiple of 32, not " + std::to_string(dim));
-  }
-  return Status::Ok();
-}
-
-// Bytes of one stored head row of `dim` values (dim a multiple of 32 for
-// the block types).
-inline size_t KvRowBytes(KvType type, int dim) {
-  const size_t n = static_cast<size_t>(dim);
-  switch (type) {
-    case KvType::kF32:
-      return n * 4;
-    case KvType::kBf16:
-      return n * 2;
-    case KvType::kQ8_0:
-      return n / kKvBlockValues * sizeof(BlockQ8_0);
-    case KvType::kQ4_0:
-      return n / kKvBlockValues * sizeof(BlockQ4_0);
-  }
-  return 0;
-}
 
 // IEEE binary16 -> fp32, exact: the 15 low bits moved into an fp32's
 // exponent and mantissa fields and scaled by 2^112 (the exponent biases'

@@ -79,6 +79,43 @@ struct KvView {
     return view;
   }
 
+  // A dense view over stored rows of `type` (KvRowBytes(type, dim) bytes
+  // each): k, v [rows][kv_heads][slots] rows, slot_pos [rows][slots].
+  static KvView DenseBytes(KvType type, const uint8_t* k, const uint8_t* v,
+                           const int32_t* slot_pos, int rows, int kv_heads, int dim,
+                           int32_t slots, int32_t first_slot) {
+    KvView view = Dense(nullptr, nullptr, slot_pos, rows, kv_heads, dim, slots, first_slot);
+    switch (type) {
+      case KvType::kF32:
+        view.k = reinterpret_cast<const float*>(k);
+        view.v = reinterpret_cast<const float*>(v);
+        break;
+      case KvType::kBf16:
+        view.k_bf16 = reinterpret_cast<const uint16_t*>(k);
+        view.v_bf16 = reinterpret_cast<const uint16_t*>(v);
+        break;
+      case KvType::kQ8_0:
+        view.k_q8_0 = reinterpret_cast<const BlockQ8_0*>(k);
+        view.v_q8_0 = reinterpret_cast<const BlockQ8_0*>(v);
+        break;
+      case KvType::kQ4_0:
+        view.k_q4_0 = reinterpret_cast<const BlockQ4_0*>(k);
+        view.v_q4_0 = reinterpret_cast<const BlockQ4_0*>(v);
+        break;
+    }
+    return view;
+  }
+
+  // Bytes of one stored head row, and a key's or value's stored bytes,
+  // whatever the type (for comparing and hashing what is stored).
+  size_t RowBytes() const { return KvRowBytes(type(), dim); }
+  const uint8_t* KeyBytes(int row, int head, int32_t slot) const {
+    return StoredBase(true) + Offset(row, head, slot) / ValuesPerUnit() * UnitBytes();
+  }
+  const uint8_t* ValueBytes(int row, int head, int32_t slot) const {
+    return StoredBase(false) + Offset(row, head, slot) / ValuesPerUnit() * UnitBytes();
+  }
+
   const float* Key(int row, int head, int32_t slot) const {
     return k + row * row_stride + head * head_stride + static_cast<size_t>(slot) * dim;
   }
@@ -135,6 +172,37 @@ struct KvView {
         break;
     }
     return Value(row, head, slot)[i];
+  }
+  // Value offset of a stored row, and the type's addressing unit.
+  size_t Offset(int row, int head, int32_t slot) const {
+    return row * row_stride + head * head_stride + static_cast<size_t>(slot) * dim;
+  }
+  int ValuesPerUnit() const { return IsBlockType(type()) ? kKvBlockValues : 1; }
+  size_t UnitBytes() const {
+    switch (type()) {
+      case KvType::kF32:
+        return 4;
+      case KvType::kBf16:
+        return 2;
+      case KvType::kQ8_0:
+        return kQ8_0BlockBytes;
+      case KvType::kQ4_0:
+        return kQ4_0BlockBytes;
+    }
+    return 0;
+  }
+  const uint8_t* StoredBase(bool key) const {
+    switch (type()) {
+      case KvType::kF32:
+        return reinterpret_cast<const uint8_t*>(key ? k : v);
+      case KvType::kBf16:
+        return reinterpret_cast<const uint8_t*>(key ? k_bf16 : v_bf16);
+      case KvType::kQ8_0:
+        return reinterpret_cast<const uint8_t*>(key ? k_q8_0 : v_q8_0);
+      case KvType::kQ4_0:
+        return reinterpret_cast<const uint8_t*>(key ? k_q4_0 : v_q4_0);
+    }
+    return nullptr;
   }
   const uint16_t* KeyBf16(int row, int head, int32_t slot) const {
     return k_bf16 + row * row_stride + head * head_stride + static_cast<size_t>(slot) * dim;

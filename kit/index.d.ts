@@ -17,6 +17,8 @@ export declare class NotApplicable extends Error {
 export interface Layer {
   name: string;
   kind: "kv" | "rotating" | "ssm";
+  /** storage type of an attention layer's keys and values */
+  kv: "f32" | "bf16" | "q8_0" | "q4_0";
   line: number;
   heads: number;
   qheads: number;
@@ -128,6 +130,10 @@ export declare function attentionToken(layer: number, id: number, pos: number, h
 export declare function attend(q: ArrayLike<number>, keys: ArrayLike<number>[],
                                values: ArrayLike<number>[], heads: number, qheads: number,
                                dim: number): Float64Array;
+/** bytes of one head row of `dim` values stored as `kv` ("f32", "bf16", "q8_0", "q4_0") */
+export declare function rowBytes(kv: string, dim: number): number;
+/** what keys or values (head rows of `dim` values) read back as once stored as `kv` */
+export declare function stored(kv: string, x: ArrayLike<number>, dim: number): Float32Array;
 /** the contents of recurrent token (layer, id, pos): x [2*kheads*dk + heads*dv], a, b [heads] */
 export declare function recurrentToken(layer: number, id: number, pos: number, heads: number,
                                        kheads: number, dk: number, dv: number):

@@ -2,7 +2,8 @@
 // over stdin/stdout for an engine written in JavaScript or TypeScript.
 import { createInterface } from "node:readline";
 
-export { mix, tokenSeed, weightSeed, stream, attentionToken, attend, recurrentToken, convWeights } from "./values.js";
+export { mix, tokenSeed, weightSeed, stream, attentionToken, attend, recurrentToken, convWeights,
+  stored, rowBytes } from "./values.js";
 
 /** The protocol version this kit speaks. */
 export const PROTOCOL = 1;

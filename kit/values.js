@@ -80,3 +80,72 @@ export function convWeights(layer, channels, conv) {
   for (let i = 0; i < w.length; i++) w[i] *= 0.5;
   return w;
 }
+
+/** Bytes of one head row of `dim` values stored as `kv` (TRACE.md "Header"). */
+export function rowBytes(kv, dim) {
+  if (kv === "q8_0") return (dim / 32) * 34;
+  if (kv === "q4_0") return (dim / 32) * 18;
+  return dim * (kv === "bf16" ? 2 : 4);
+}
+
+// x rounded to nearest even on the grid of `bits` significant bits (exponent
+// at least minExp: subnormals below it).
+function roundToGrid(x, bits, minExp) {
+  if (x === 0 || !Number.isFinite(x)) return x;
+  let e = Math.floor(Math.log2(Math.abs(x)));
+  if (2 ** e > Math.abs(x)) e -= 1;
+  if (2 ** (e + 1) <= Math.abs(x)) e += 1;
+  const ulp = 2 ** (Math.max(e, minExp) - (bits - 1));
+  const y = x / ulp;
+  const f = Math.floor(y);
+  const up = y - f > 0.5 || (y - f === 0.5 && f % 2 !== 0);
+  return (up ? f + 1 : f) * ulp;
+}
+const fp16 = (x) => (Math.abs(x) >= 65520 ? Math.sign(x) * Infinity : roundToGrid(x, 11, -14));
+
+/**
+ * What keys or values `x` (head rows of `dim` values) read back as once
+ * stored as `kv` (TRACE.md "Values"): bf16 rounded to nearest even; q8_0 and
+ * q4_0 quantized per block of 32 in fp32 arithmetic as ggml's reference
+ * quantizers (a block holding a non-finite value reads back as NaN).
+ */
+export function stored(kv, x, dim) {
+  const out = Float32Array.from(x);
+  if (kv === "f32") return out;
+  if (kv === "bf16") {
+    for (let i = 0; i < out.length; i++) {
+      out[i] = Number.isNaN(out[i]) ? out[i] : roundToGrid(out[i], 8, -126);
+    }
+    return out;
+  }
+  if ((kv !== "q8_0" && kv !== "q4_0") || dim % 32 !== 0) {
+    throw new Error(`storage type ${kv} of rows of ${dim} values`);
+  }
+  const f = Math.fround;
+  for (let b = 0; b < out.length; b += 32) {
+    const x32 = out.slice(b, b + 32);
+    if (!x32.every(Number.isFinite)) {
+      out.fill(NaN, b, b + 32);
+      continue;
+    }
+    let amax = 0;
+    let max = 0;
+    for (const v of x32) {
+      if (amax < Math.abs(v)) {
+        amax = Math.abs(v);
+        max = v;
+      }
+    }
+    const d = kv === "q8_0" ? f(amax / 127) : f(max / -8);
+    const id = d !== 0 ? f(1 / d) : 0;
+    const scale = fp16(d);
+    for (let j = 0; j < 32; j++) {
+      const scaled = f(x32[j] * id);
+      const q = kv === "q8_0"
+        ? Math.sign(scaled) * Math.floor(Math.abs(scaled) + 0.5)
+        : Math.min(15, Math.trunc(f(scaled + 8.5))) - 8;
+      out[b + j] = f(q * scale);
+    }
+  }
+  return out;
+}

@@ -1,6 +1,6 @@
-// Budgets that are exact for every kind (docs/trace-runner.md: the runner's
-// memory budget counts a layout's real bytes, each figure checked before
-// the allocation it stands for).
+// Budgets that are exact for every kind and storage type
+// (docs/trace-runner.md: the runner's memory budget counts a layout's real
+// bytes, each figure checked before the allocation it stands for).
 //
 // LayoutBudgetTargets.EstimatesAreTheBytesBuilt drives random layouts of
 // every layer kind (kv, rotating, ssm; batched when rows > 1, single-row
@@ -69,7 +69,7 @@ rc::Gen<std::vector<LayerConfig>> GenLayers() {
 
 // ------------------------------------------------------------ the model
 // Bytes of one stored head row of keys (or values) of an attention layer.
-size_t RowBytes(const LayerConfig& l) { return KvRowBytes(KvType::kF32, l.dim); }
+size_t RowBytes(const LayerConfig& l) { return KvRowBytes(l.kv, l.dim); }
 
 // One slot of an attention layer: K and V rows of every head, a position.
 size_t SlotBytes(const LayerConfig& l) {
@@ -139,6 +139,7 @@ void CheckBuilt(const Layout& layout, size_t l, size_t estimate, const char* wha
     RC_ASSERT(cache.bytesPerToken() == 2 * static_cast<size_t>(cfg.heads) * RowBytes(cfg));
     RC_ASSERT(estimate == held);
     RC_ASSERT(held % (rows * SlotBytes(cfg)) == 0);
+    ++Reached()[KvTypeName(cfg.kv)];
   }
   ++Reached()[cache.kind()];
   ++Reached()[what];
@@ -435,8 +436,8 @@ TEST_P(LayoutBudgetTargets, EstimatesAreTheBytesBuilt) {
   const rc::detail::TestParams& params = rc::detail::configuration().testParams;
   const bool check_reach = params.maxSuccess >= 200 && params.maxSize >= 30;
   for (const char* what : {"kv", "batched_kv", "rotating", "batched_rotating", "ssm",
-                           "batched_ssm", "create", "forward", "join", "filter", "extract",
-                           "fork", "reload"}) {
+                           "batched_ssm", "f32", "bf16", "q8_0", "q4_0", "create", "forward",
+                           "join", "filter", "extract", "fork", "reload"}) {
     std::cout << what << ": " << Reached()[what] << " checked\n";
     if (check_reach) {
       EXPECT_GT(Reached()[what], 0) << what << " was never checked";

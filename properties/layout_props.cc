@@ -79,6 +79,7 @@ struct LayerShape {
   int32_t capacity = 0;  // > 0: a rotating ring of this capacity (>= window)
   bool recurrent = false;  // an ssm layer: heads = value heads, group = heads / kheads
   int dk = 4, dv = 4, conv = 4;
+  KvType kv = KvType::kF32;  // an attention layer's storage type
   int QueryHeads() const { return heads * group; }
   bool ring() const { return capacity > 0; }
   // The shape of a declared layer (testing::MixedLayers).
@@ -90,6 +91,7 @@ struct LayerShape {
     s.dim = layer.dim;
     s.window = layer.window;
     s.capacity = layer.capacity;
+    s.kv = layer.kv;
     if (s.recurrent) {
       s.dk = layer.dk;
       s.dv = layer.dv;
@@ -126,6 +128,7 @@ struct Config {
       lc.dim = shape.dim;
       lc.window = shape.window;
       lc.capacity = shape.capacity;
+      lc.kv = shape.kv;
       if (shape.recurrent) {
         lc.kheads = shape.heads / shape.group;
         lc.dk = shape.dk;
@@ -218,7 +221,7 @@ std::vector<float> CleanOutputs(const Model& m, int layer, int r,
   for (size_t j = 0; j < n; ++j) {
     TokenContent(s, layer, tokens[j].id, tokens[j].pos, &q[j * qd], &k[j * hd], &v[j * hd]);
   }
-  KvCache clean(s.heads, s.dim, s.window);
+  KvCache clean(s.heads, s.dim, s.window, s.kv);
   RC_ASSERT(clean.Append(ForwardColumns::Dense(1, static_cast<int32_t>(n)), k.data(), v.data())
                 .ok());
   const KvView view = clean.View();
@@ -504,7 +507,7 @@ struct ForwardCmd : Cmd {
         for (int32_t j = 0; j < cols.Real(r); ++j) {
           const size_t c = r * L + static_cast<size_t>(cols.left[r] + j);
           sut.index.Remember(static_cast<int>(l), ids[r][j], next[r] + j, &k[l][c * hd],
-                             &v[l][c * hd], hd);
+                             &v[l][c * hd], hd, shape.kv, shape.dim);
         }
       }
       const Mask* mask = layout.LastMask(l);

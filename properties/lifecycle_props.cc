@@ -283,7 +283,7 @@ class Driver {
                                        cfg.heads, cfg.dim, &a[l][col * qd], &b[l][col * hd],
                                        &c[l][col * hd]);
           index_.Remember(static_cast<int>(l), id_of(pos), pos, &b[l][col * hd], &c[l][col * hd],
-                          hd);
+                          hd, cfg.kv, cfg.dim);
         }
       }
       io[l] = AttentionIO(a[l].data(), b[l].data(), c[l].data(), o[l].data());

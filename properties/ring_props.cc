@@ -127,7 +127,7 @@ class RingRun {
         const int32_t pos = next[r] + j;
         ContentIndex::AttentionToken(0, pos + step.id_offset, pos, heads_, heads_, dim_, &q[at],
                                      &k[at], &v[at]);
-        index_.Remember(0, pos + step.id_offset, pos, &k[at], &v[at], hd);
+        index_.Remember(0, pos + step.id_offset, pos, &k[at], &v[at], hd, KvType::kF32, dim_);
       }
     }
     RC_ASSERT(layout_->Forward(cols, {AttentionIO{q.data(), k.data(), v.data(), o.data()}}).ok());

@@ -55,6 +55,14 @@ CacheKind KindFromName(const std::string& name) {
   return kind;
 }
 
+KvType KvTypeFromName(const std::string& name) {
+  KvType type = KvType::kF32;
+  if (!ParseKvType(name, &type)) {
+    BadArgument("unknown storage type '" + name + "' (expected f32, bf16, q8_0 or q4_0)");
+  }
+  return type;
+}
+
 ForwardColumns Columns(const Layout& layout, int32_t columns, py::object left,
                        py::object right, bool decode) {
   ForwardColumns cols = ForwardColumns::Dense(layout.rows(), columns, decode);

@@ -43,6 +43,8 @@ py::array_t<T> CopyOut(const T* data, std::vector<py::ssize_t> shape) {
 size_t CheckLayer(const Layout& layout, py::ssize_t layer);
 int CheckRow(const Layout& layout, int row);
 CacheKind KindFromName(const std::string& name);
+// The storage type named `name` (f32, bf16, q8_0, q4_0), else ValueError.
+KvType KvTypeFromName(const std::string& name);
 // A forward's columns from the Python arguments (None: no pads).
 ForwardColumns Columns(const Layout& layout, int32_t columns, py::object left,
                        py::object right, bool decode);

@@ -9,6 +9,7 @@
 #include "kvspec/base/layer_config.h"
 #include "kvspec/core/codec/codec.h"
 #include "kvspec/core/layout.h"
+#include "kvspec/kernels/quantize.h"
 #include "py_common.h"
 
 namespace kvspec {
@@ -149,8 +150,9 @@ py::dict KvViewDict(const Layout& layout, py::ssize_t layer) {
   for (int r = 0; r < v.rows; ++r) {
     for (int h = 0; h < v.kv_heads; ++h) {
       for (int32_t s = 0; s < v.slots; ++s) {
-        std::memcpy(k.mutable_data(r, h, s, 0), v.Key(r, h, s), static_cast<size_t>(dim) * 4);
-        std::memcpy(val.mutable_data(r, h, s, 0), v.Value(r, h, s), static_cast<size_t>(dim) * 4);
+        // The stored values as fp32 (exact for every storage type).
+        LoadKvRow(v.type(), v.KeyBytes(r, h, s), v.dim, k.mutable_data(r, h, s, 0));
+        LoadKvRow(v.type(), v.ValueBytes(r, h, s), v.dim, val.mutable_data(r, h, s, 0));
       }
     }
     std::memcpy(slot_pos.mutable_data(r, 0), v.slot_pos + r * v.slot_stride,
@@ -158,6 +160,7 @@ py::dict KvViewDict(const Layout& layout, py::ssize_t layer) {
   }
   d["k"] = k;
   d["v"] = val;
+  d["type"] = KvTypeName(v.type());
   d["slot_pos"] = slot_pos;
   d["first_slot"] = v.first_slot;
   d["window"] = cache->window();
@@ -216,7 +219,6 @@ std::string Difference(const Layout& a, const Layout& b) {
       continue;
     }
     const KvView va = ca->View(), vb = cb->View();
-    const size_t dim = static_cast<size_t>(va.dim);
     const std::vector<int32_t> next = a.positions();
     for (int r = 0; r < a.rows(); ++r) {
       const std::vector<int32_t> sa = ca->LogicalSlots(r), sb = cb->LogicalSlots(r);
@@ -234,8 +236,9 @@ std::string Difference(const Layout& a, const Layout& b) {
         const int32_t pa = va.slot_pos[r * va.slot_stride + static_cast<size_t>(xa)];
         bool same = pa == vb.slot_pos[r * vb.slot_stride + static_cast<size_t>(xb)];
         for (int h = 0; same && h < va.kv_heads; ++h) {
-          same = std::memcmp(va.Key(r, h, xa), vb.Key(r, h, xb), dim * 4) == 0 &&
-                 std::memcmp(va.Value(r, h, xa), vb.Value(r, h, xb), dim * 4) == 0;
+          same = va.type() == vb.type() &&
+                 std::memcmp(va.KeyBytes(r, h, xa), vb.KeyBytes(r, h, xb), va.RowBytes()) == 0 &&
+                 std::memcmp(va.ValueBytes(r, h, xa), vb.ValueBytes(r, h, xb), va.RowBytes()) == 0;
         }
         if (!same) return where + " position " + std::to_string(pa) + " differs";
       }
@@ -256,7 +259,7 @@ void BindLayerConfig(py::module_& m) {
   py::class_<LayerConfig>(m, "LayerConfig")
       .def(py::init([](const std::string& name, const std::string& kind, int heads, int q_heads,
                        int dim, int32_t window, int32_t capacity, int kheads, int dk, int dv,
-                       int conv) {
+                       int conv, const std::string& kv) {
              LayerConfig c;
              c.name = name;
              c.kind = KindFromName(kind);
@@ -269,11 +272,13 @@ void BindLayerConfig(py::module_& m) {
              c.dk = dk;
              c.dv = dv;
              c.conv = conv;
+             c.kv = KvTypeFromName(kv);
              return c;
            }),
            py::arg("name"), py::arg("kind") = "kv", py::arg("heads") = 1, py::arg("q_heads") = 0,
            py::arg("dim") = 4, py::arg("window") = 0, py::arg("capacity") = 0,
-           py::arg("kheads") = 0, py::arg("dk") = 4, py::arg("dv") = 4, py::arg("conv") = 4)
+           py::arg("kheads") = 0, py::arg("dk") = 4, py::arg("dv") = 4, py::arg("conv") = 4,
+           py::arg("kv") = "f32")
       .def_readwrite("name", &LayerConfig::name)
       .def_property(
           "kind", [](const LayerConfig& c) { return std::string(KindName(c.kind)); },
@@ -287,6 +292,9 @@ void BindLayerConfig(py::module_& m) {
       .def_readwrite("dk", &LayerConfig::dk)
       .def_readwrite("dv", &LayerConfig::dv)
       .def_readwrite("conv", &LayerConfig::conv)
+      .def_property(
+          "kv", [](const LayerConfig& c) { return std::string(KvTypeName(c.kv)); },
+          [](LayerConfig& c, const std::string& t) { c.kv = KvTypeFromName(t); })
       .def("query_heads", &LayerConfig::QueryHeads)
       .def("key_heads", &LayerConfig::KeyHeads)
       .def("ring_capacity", &LayerConfig::RingCapacity)
@@ -294,7 +302,7 @@ void BindLayerConfig(py::module_& m) {
       .def("__repr__", [](const LayerConfig& c) {
         return "LayerConfig(name='" + c.name + "', kind='" + std::string(KindName(c.kind)) +
                "', heads=" + std::to_string(c.heads) + ", dim=" + std::to_string(c.dim) +
-               ", window=" + std::to_string(c.window) + ")";
+               ", window=" + std::to_string(c.window) + ", kv='" + KvTypeName(c.kv) + "')";
       });
 }
 

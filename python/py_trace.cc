@@ -208,7 +208,7 @@ class TokenForward {
       for (int32_t j = 0; j < cols_.Real(r); ++j) {
         const size_t at = Column(r, cols_.left[r] + j) * hd;
         contents_.index.Remember(static_cast<int>(l), ids_[r][static_cast<size_t>(j)],
-                                 before_[r] + j, &k_[l][at], &v_[l][at], hd);
+                                 before_[r] + j, &k_[l][at], &v_[l][at], hd, d.kv, d.dim);
       }
     }
   }

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "kvspec/kernels/quantize.h"
 #include "kvspec/runner/runner.h"
 #include "kvspec/trace/values.h"
 
@@ -72,6 +73,21 @@ uint64_t StateHash(const SsmCacheBase& cache, int row) {
   return h.value();
 }
 
+namespace {
+
+// The values a head row of `dim` floats reads back as once stored as `type`
+// (written to out [dim]).
+void RoundThrough(KvType type, const float* x, int dim, float* out) {
+  std::vector<uint8_t> stored(KvRowBytes(type, dim));
+  if (StoreKvRow(type, x, dim, stored.data()).ok()) {
+    LoadKvRow(type, stored.data(), dim, out);
+  } else {
+    std::fill(out, out + dim, 0.0f);  // unreachable: the layout checked the dim
+  }
+}
+
+}  // namespace
+
 uint64_t ContentIndex::HashKv(int layer, const float* k, const float* v, size_t count) {
   WordHasher h;
   h.Value(static_cast<uint32_t>(layer));
@@ -81,53 +97,57 @@ uint64_t ContentIndex::HashKv(int layer, const float* k, const float* v, size_t 
 }
 
 void ContentIndex::Remember(int layer, int32_t id, int32_t pos, const float* k,
-                            const float* v, size_t count) {
+                            const float* v, size_t count, KvType type, int dim) {
   Tag t;
   t.kind = Tag::kToken;
   t.pos = pos;
   t.id = id;
-  tags_.emplace(HashKv(layer, k, v, count), t);
-}
-
-// Whether the n floats at p all have the bit pattern `bits`.
-static bool AllBits(const float* p, size_t n, uint32_t bits) {
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t b;
-    std::memcpy(&b, p + i, 4);
-    if (b != bits) return false;
+  if (type == KvType::kF32) {
+    tags_.emplace(HashKv(layer, k, v, count), t);
+    return;
   }
-  return true;
+  // What the cache stores and reads back: each head row rounded through the type.
+  std::vector<float> rk(count), rv(count);
+  for (size_t at = 0; at + static_cast<size_t>(dim) <= count; at += static_cast<size_t>(dim)) {
+    RoundThrough(type, k + at, dim, &rk[at]);
+    RoundThrough(type, v + at, dim, &rv[at]);
+  }
+  tags_.emplace(HashKv(layer, rk.data(), rv.data(), count), t);
 }
 
 Tag ContentIndex::Recover(int layer, const KvView& view, int row, int32_t slot) const {
   const size_t dim = static_cast<size_t>(view.dim);
-  auto all_bits = [&](uint32_t bits) {
-    for (int h = 0; h < view.kv_heads; ++h) {
-      if (!AllBits(view.Key(row, h, slot), dim, bits) ||
-          !AllBits(view.Value(row, h, slot), dim, bits)) {
-        return false;
-      }
-    }
-    return true;
-  };
-  uint32_t pad_bits;
-  const float pad = trace::PadValue();
-  std::memcpy(&pad_bits, &pad, 4);
+  const KvType type = view.type();
+  const size_t row_bytes = view.RowBytes();
+  // Every head's key, then every head's value, as the floats they read back
+  // as (the order Remember hashed).
+  std::vector<float> values(2 * static_cast<size_t>(view.kv_heads) * dim);
+  bool zero = true;
+  for (int h = 0; h < 2 * view.kv_heads; ++h) {
+    const bool key = h < view.kv_heads;
+    const int head = key ? h : h - view.kv_heads;
+    const uint8_t* stored = key ? view.KeyBytes(row, head, slot) : view.ValueBytes(row, head, slot);
+    for (size_t i = 0; i < row_bytes && zero; ++i) zero = stored[i] == 0;
+    LoadKvRow(type, stored, view.dim, &values[static_cast<size_t>(h) * dim]);
+  }
   Tag t;
-  if (all_bits(0)) {
+  if (zero) {  // storage never written (all bytes zero)
     t.kind = Tag::kZero;
     return t;
   }
-  if (all_bits(pad_bits)) {
+  std::vector<float> pads(dim, trace::PadValue()), pad(dim);
+  RoundThrough(type, pads.data(), view.dim, pad.data());
+  bool is_pad = true;
+  for (size_t i = 0; i < values.size() && is_pad; ++i) {
+    is_pad = std::memcmp(&values[i], &pad[i % dim], 4) == 0;
+  }
+  if (is_pad) {
     t.kind = Tag::kPad;
     return t;
   }
-  // The same sequence of values Remember hashed: every head's key, then
-  // every head's value.
   WordHasher h;
   h.Value(static_cast<uint32_t>(layer));
-  for (int hd = 0; hd < view.kv_heads; ++hd) h.Floats(view.Key(row, hd, slot), dim);
-  for (int hd = 0; hd < view.kv_heads; ++hd) h.Floats(view.Value(row, hd, slot), dim);
+  h.Floats(values.data(), values.size());
   auto it = tags_.find(h.value());
   if (it != tags_.end()) return it->second;
   t.kind = Tag::kJunk;

@@ -10,6 +10,7 @@
 
 #include "kvspec/kernels/kv_view.h"
 #include "kvspec/kernels/mask.h"
+#include "kvspec/kernels/quantize.h"
 #include "kvspec/runner/runner.h"
 #include "kvspec/runner/runner_internal.h"
 #include "kvspec/trace/values.h"
@@ -61,7 +62,7 @@ struct Storage {
   void WriteToken(ContentIndex* index, int slot, int32_t pos, int32_t id) {
     std::vector<float> q(kHeads * kDim), kk(kHeads * kDim), vv(kHeads * kDim);
     AttentionToken(kLayer, id, pos, kHeads, kHeads, kDim, q.data(), kk.data(), vv.data());
-    index->Remember(kLayer, id, pos, kk.data(), vv.data(), kk.size());
+    index->Remember(kLayer, id, pos, kk.data(), vv.data(), kk.size(), KvType::kF32, kDim);
     for (int h = 0; h < kHeads; ++h) {
       std::memcpy(Key(h, slot), &kk[h * kDim], kDim * sizeof(float));
       std::memcpy(Value(h, slot), &vv[h * kDim], kDim * sizeof(float));
@@ -105,6 +106,41 @@ TEST(ContentIndexEdges, RecoverNamesZeroPadAndJunkSlotsByEveryByte) {
   EXPECT_EQ(index.Recover(kLayer + 1, view, 0, 7).kind, Tag::kJunk);
   // The pad value is a quiet NaN, not zero, so the two cannot be confused.
   EXPECT_NE(BitsOf(pad), 0u);
+}
+
+// A layer that stores q8_0 or q4_0: the index remembers what a token's
+// contents read back as once quantized, so a slot holding the quantized
+// bytes is that token; a pad column (NaN contents: non-finite blocks) is
+// `pad`, never-written storage `zero`, another token's bytes `junk`.
+TEST(ContentIndexEdges, RecoverReadsQuantizedSlots) {
+  constexpr int kBlockDim = 64, kSlotsQ = 4;
+  for (KvType type : {KvType::kBf16, KvType::kQ8_0, KvType::kQ4_0}) {
+    const size_t row = KvRowBytes(type, kBlockDim);
+    std::vector<uint8_t> k(kHeads * kSlotsQ * row, 0), v(k.size(), 0);
+    std::vector<int32_t> slot_pos(kSlotsQ, -1);
+    ContentIndex index;
+    auto store = [&](int slot, const float* kk, const float* vv) {
+      for (int h = 0; h < kHeads; ++h) {
+        const size_t at = (static_cast<size_t>(h) * kSlotsQ + slot) * row;
+        ASSERT_TRUE(StoreKvRow(type, kk + h * kBlockDim, kBlockDim, &k[at]).ok());
+        ASSERT_TRUE(StoreKvRow(type, vv + h * kBlockDim, kBlockDim, &v[at]).ok());
+      }
+    };
+    std::vector<float> q(kHeads * kBlockDim), kk(q.size()), vv(q.size());
+    AttentionToken(kLayer, 9, 5, kHeads, kHeads, kBlockDim, q.data(), kk.data(), vv.data());
+    index.Remember(kLayer, 9, 5, kk.data(), vv.data(), kk.size(), type, kBlockDim);
+    store(0, kk.data(), vv.data());
+    const std::vector<float> pads(kk.size(), PadValue());
+    store(1, pads.data(), pads.data());
+    AttentionToken(kLayer, 10, 6, kHeads, kHeads, kBlockDim, q.data(), kk.data(), vv.data());
+    store(3, kk.data(), vv.data());  // written, never remembered
+    const KvView view = KvView::DenseBytes(type, k.data(), v.data(), slot_pos.data(), 1, kHeads,
+                                           kBlockDim, kSlotsQ, 0);
+    EXPECT_EQ(index.Recover(kLayer, view, 0, 0), Token(5, 9)) << KvTypeName(type);
+    EXPECT_EQ(index.Recover(kLayer, view, 0, 1).kind, Tag::kPad) << KvTypeName(type);
+    EXPECT_EQ(index.Recover(kLayer, view, 0, 2).kind, Tag::kZero) << KvTypeName(type);
+    EXPECT_EQ(index.Recover(kLayer, view, 0, 3).kind, Tag::kJunk) << KvTypeName(type);
+  }
 }
 
 // Mask admitting positions lo..hi of the one query of one row.

@@ -87,9 +87,10 @@ class ContentIndex {
   }
   static float PadValue() { return trace::PadValue(); }
 
-  // Remembers that (layer, id, pos) was written with these k/v contents.
-  void Remember(int layer, int32_t id, int32_t pos, const float* k,
-                const float* v, size_t count);
+  // Remembers that (layer, id, pos) was written with these k/v contents
+  // (count floats: head rows of `dim`), as a cache storing `type` holds them.
+  void Remember(int layer, int32_t id, int32_t pos, const float* k, const float* v,
+                size_t count, KvType type, int dim);
   // What slot `slot` of row `row` holds in layer `layer`'s storage.
   Tag Recover(int layer, const KvView& view, int row, int32_t slot) const;
   // The tags one query (row, query column) saw, sorted: those of the slots

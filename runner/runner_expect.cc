@@ -162,7 +162,6 @@ std::string Difference(const Layout& a, const Layout& b) {
     const AttentionCache* ca = a.attention(l);
     const AttentionCache* cb = b.attention(l);
     const KvView va = ca->View(), vb = cb->View();
-    const size_t dim = static_cast<size_t>(va.dim);
     const std::vector<int32_t> next = a.positions();
     for (int r = 0; r < a.rows(); ++r) {
       // Every committed token of a kv layer; the last min(count, W - 1)
@@ -182,8 +181,9 @@ std::string Difference(const Layout& a, const Layout& b) {
         const int32_t xa = sa[sa.size() - keep + i], xb = sb[sb.size() - keep + i];
         bool same = va.slot_pos[r * va.slot_stride + xa] == vb.slot_pos[r * vb.slot_stride + xb];
         for (int h = 0; same && h < va.kv_heads; ++h) {
-          same = std::memcmp(va.Key(r, h, xa), vb.Key(r, h, xb), dim * 4) == 0 &&
-                 std::memcmp(va.Value(r, h, xa), vb.Value(r, h, xb), dim * 4) == 0;
+          same = va.type() == vb.type() &&
+                 std::memcmp(va.KeyBytes(r, h, xa), vb.KeyBytes(r, h, xb), va.RowBytes()) == 0 &&
+                 std::memcmp(va.ValueBytes(r, h, xa), vb.ValueBytes(r, h, xb), va.RowBytes()) == 0;
         }
         if (!same) {
           return where + " position " +

@@ -192,7 +192,7 @@ void Runner::RememberWritten(const ForwardColumns& cols, const std::vector<int32
       for (int32_t j = 0; j < cols.Real(r); ++j) {
         const size_t at = (r * L + static_cast<size_t>(cols.left[r] + j)) * hd;
         index_.Remember(static_cast<int>(l), ids[r][j], before[r] + j, &buffers.k[l][at],
-                        &buffers.v[l][at], hd);
+                        &buffers.v[l][at], hd, d.kv, d.dim);
       }
     }
   }

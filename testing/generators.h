@@ -49,6 +49,7 @@ inline std::string LayerLine(const LayerConfig& layer) {
   s += " dim=" + std::to_string(layer.dim);
   if (layer.window > 0) s += " window=" + std::to_string(layer.window);
   if (layer.kind == CacheKind::kRotating) s += " capacity=" + std::to_string(layer.RingCapacity());
+  if (layer.kv != KvType::kF32) s += std::string(" kv=") + KvTypeName(layer.kv);
   return s;
 }
 

@@ -71,6 +71,9 @@ void LimitsGenerator::Layer(int l) {
   const int64_t window = Near(1, 65536);
   if (kind == 1 || Chance(50)) line += " window=" + Num(window);
   if (kind == 1 && Chance(50)) line += " capacity=" + Num(Near(window, 65536));
+  // A storage type, whatever the dim (a block type needs a multiple of 32:
+  // the others are header errors).
+  if (Chance(20)) line += std::string(" kv=") + KvTypeName(static_cast<KvType>(Range(0, 3)));
   Line(line);
 }
 

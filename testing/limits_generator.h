@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kvspec/base/kv_type.h"
 #include "kvspec/testing/choices.h"
 
 namespace kvspec::testing {

@@ -75,7 +75,7 @@ void OpsGenerator::ExpectOther() {
     }
     case 2:
       Line("expect bytes_per_token " + layer.name + " " +
-           std::to_string((layer.ssm ? 0 : layer.heads * layer.dim * 8) +
+           std::to_string((layer.ssm ? 0 : layer.heads * 2 * KvRowBytes(layer.kv, layer.dim)) +
                           (Chance(10) ? 4 : 0)));
       return;
     default: {

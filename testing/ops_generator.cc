@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvspec/testing/generators.h"
+#include "kvspec/testing/shape_generators.h"
 
 namespace kvspec::testing {
 
@@ -38,9 +39,11 @@ void OpsGenerator::Header() {
     shape.heads = Range(1, 4);
     shape.dim = Range(1, 4);
     shape.window = shape.ring || Chance(50) ? Range(1, kMaxColumns) : 0;
+    shape.kv = DrawKvType(c_, &shape.dim);
     std::string line = "layer " + shape.name + (shape.ring ? " rotating" : " kv") +
                        " heads=" + std::to_string(shape.heads) +
                        " dim=" + std::to_string(shape.dim);
+    if (shape.kv != KvType::kF32) line += std::string(" kv=") + KvTypeName(shape.kv);
     if (shape.window) line += " window=" + std::to_string(shape.window);
     shape.capacity = shape.window;
     if (shape.ring && Chance(30)) {

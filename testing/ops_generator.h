@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "kvspec/base/kv_type.h"
 #include "kvspec/testing/choices.h"
 
 namespace kvspec::testing {
@@ -86,6 +87,7 @@ class OpsGenerator {
     bool ring = false;  // `rotating`
     bool ssm = false;   // `ssm`; neither: `kv`
     int heads = 1, dim = 1, window = 0, capacity = 0;
+    KvType kv = KvType::kF32;
   };
 
   Shadow& Cur() { return layouts_[current_]; }

@@ -30,6 +30,7 @@ std::vector<LayerConfig> SmallLayers(Choices& c) {
       l.dv = static_cast<int>(c.Range(1, 4));
       l.conv = static_cast<int>(c.Range(1, 3));
     }
+    if (l.kind != CacheKind::kSsm) l.kv = DrawKvType(c, &l.dim);
     layers.push_back(l);
   }
   return layers;
@@ -66,6 +67,7 @@ std::vector<LayerConfig> SmallGroupedLayers(Choices& c) {
     } else if (kind == 1) {
       l.window = static_cast<int32_t>(c.Range(1, 4));
     }
+    if (l.kind != CacheKind::kSsm) l.kv = DrawKvType(c, &l.dim);
     layers.push_back(l);
   }
   return layers;
@@ -106,9 +108,22 @@ std::vector<LayerConfig> MixedLayers(Choices& c) {
         }
       }
     }
+    l.kv = DrawKvType(c, &l.dim);
     layers.push_back(l);
   }
   return layers;
+}
+
+KvType DrawKvType(Choices& c, int* dim) {
+  if (!c.Chance(25)) return KvType::kF32;
+  const KvType type = static_cast<KvType>(c.Range(1, 3));
+  if (IsBlockType(type)) *dim = kKvBlockValues * static_cast<int>(c.Range(1, 2));
+  return type;
+}
+
+std::string DrawKvKey(Choices& c, int* dim) {
+  const KvType type = DrawKvType(c, dim);
+  return type == KvType::kF32 ? "" : std::string(" kv=") + KvTypeName(type);
 }
 
 PaddedColumns DrawPaddedColumns(Choices& c, int32_t max_columns,

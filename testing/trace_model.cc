@@ -241,11 +241,12 @@ StepResult TraceModel::Execute(const Statement& st) {
       return StepResult::Done();
     }
     case Op::kExpectBytesPerToken: {
-      // kv heads * (key dim + value dim) * sizeof(float); 0 for a
+      // kv heads * (a stored key row + a stored value row); 0 for a
       // recurrent layer (its state does not grow).
       const trace::ExpectBytesPerToken& e = st.Get<trace::ExpectBytesPerToken>();
       const LayerConfig& d = layers_[static_cast<size_t>(e.layer)];
-      if (e.bytes != (IsSsm(d) ? 0 : int64_t{d.heads} * 2 * d.dim * 4)) Failed(st);
+      const int64_t row = static_cast<int64_t>(KvRowBytes(d.kv, d.dim));
+      if (e.bytes != (IsSsm(d) ? 0 : int64_t{d.heads} * 2 * row)) Failed(st);
       return StepResult::Done();
     }
   }

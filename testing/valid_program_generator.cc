@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kvspec/testing/generators.h"
+#include "kvspec/testing/shape_generators.h"
 
 namespace kvspec::testing {
 
@@ -23,6 +24,13 @@ std::string ValidProgramGenerator::Generate() {
   return text_.str();
 }
 
+// ` dim=D`, and a storage type (` kv=TYPE`, testing::DrawKvKey) in some.
+std::string ValidProgramGenerator::DimAndType() {
+  int dim = Dim();
+  const std::string kv = DrawKvKey(c_, &dim);
+  return " dim=" + std::to_string(dim) + kv;
+}
+
 // ` heads=H`, and in half the layers ` qheads=G*H` (grouped-query
 // attention, G query heads per KV head; the kernels take 4 at a time).
 std::string ValidProgramGenerator::Heads() {
@@ -36,18 +44,18 @@ void ValidProgramGenerator::Layer(int l) {
   const std::string name = "l" + std::to_string(l);
   switch (Pick(0, 3)) {
     case 0:  // kv, sees everything
-      text_ << "layer " << name << " kv" << Heads() << " dim=" << Dim() << "\n";
+      text_ << "layer " << name << " kv" << Heads() << DimAndType() << "\n";
       break;
     case 1:  // kv with a sliding window
-      text_ << "layer " << name << " kv" << Heads() << " dim=" << Dim()
-            << " window=" << Pick(1, 6) << "\n";
+      text_ << "layer " << name << " kv" << Heads() << DimAndType() << " window=" << Pick(1, 6)
+            << "\n";
       break;
     case 2: {  // ring
       const int window = Pick(1, 6);
       const int capacity = window + static_cast<int>(c_.OneOf({0, 0, 1, 3, 8}));
       text_ << "layer " << name << " rotating window=" << window;
       if (capacity != window || Coin()) text_ << " capacity=" << capacity;
-      text_ << Heads() << " dim=" << Dim() << "\n";
+      text_ << Heads() << DimAndType() << "\n";
       min_capacity_ = std::min(min_capacity_, capacity);
       break;
     }

@@ -57,6 +57,7 @@ class ValidProgramGenerator {
   LayoutModel& Cur() { return layouts_[current_]; }
 
   std::string Heads();
+  std::string DimAndType();
   void Layer(int l);
   std::vector<Kind> ValidKinds();
   void Operation();

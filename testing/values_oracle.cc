@@ -59,6 +59,60 @@ uint64_t SeedOfWeights(int layer) {
 }
 
 // ---------------------------------------------------------------------------
+// Storage types: what a key or value reads back as once stored (TRACE.md,
+// "Values"). Written from the definitions, not from kernels/: rounding to
+// a grid by nearbyint (ties to even) in double, and ggml's reference
+// quantizers, whose arithmetic is fp32 by definition.
+
+// x rounded to nearest even with `bits` significant bits, exponent at least
+// `min_exp` (below it the grid is that of min_exp: subnormals).
+double RoundToGrid(double x, int bits, int min_exp) {
+  if (x == 0.0) return x;
+  int e = 0;
+  std::frexp(x, &e);  // |x| in [2^(e-1), 2^e)
+  const double ulp = std::ldexp(1.0, std::max(e - 1, min_exp) - (bits - 1));
+  return std::nearbyint(x / ulp) * ulp;
+}
+float ToF16(float x) { return static_cast<float>(RoundToGrid(x, 11, -14)); }
+
+// One row of D values (fp32-exact) rounded through `type`, in place.
+void RoundThroughStorage(KvType type, double* row, int D) {
+  if (type == KvType::kF32) return;
+  if (type == KvType::kBf16) {
+    for (int e = 0; e < D; ++e) row[e] = RoundToGrid(row[e], 8, -126);
+    return;
+  }
+  for (int b = 0; b < D; b += 32) {  // D is a multiple of 32 (the parser checks)
+    float x[32];
+    for (int j = 0; j < 32; ++j) x[j] = static_cast<float>(row[b + j]);
+    if (type == KvType::kQ8_0) {
+      float amax = 0.0f;
+      for (float v : x) amax = std::max(amax, std::fabs(v));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      const double stored_d = ToF16(d);
+      for (int j = 0; j < 32; ++j) row[b + j] = std::round(x[j] * id) * stored_d;
+    } else {  // q4_0: the signed value of largest magnitude (the first) maps to -8
+      float amax = 0.0f, max = 0.0f;
+      for (float v : x) {
+        if (amax < std::fabs(v)) {
+          amax = std::fabs(v);
+          max = v;
+        }
+      }
+      const float d = max / -8.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      const double stored_d = ToF16(d);
+      for (int j = 0; j < 32; ++j) {
+        const float shifted = x[j] * id + 8.5f;
+        const int nibble = std::min(15, static_cast<int>(shifted));
+        row[b + j] = (nibble - 8) * stored_d;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Layers and the two kinds of computation.
 
 double Sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
@@ -78,6 +132,10 @@ std::vector<double> AttentionOutput(const LayerConfig& layer, int l, const trace
     d.Take(static_cast<size_t>(Hq) * D);  // its q
     keys.push_back(d.Take(static_cast<size_t>(H) * D));
     values.push_back(d.Take(static_cast<size_t>(H) * D));
+    for (int h = 0; h < H; ++h) {  // stored per token and head
+      RoundThroughStorage(layer.kv, &keys.back()[static_cast<size_t>(h) * D], D);
+      RoundThroughStorage(layer.kv, &values.back()[static_cast<size_t>(h) * D], D);
+    }
   }
   // Query head hq reads KV head hq / (Hq / H): contiguous groups.
   std::vector<double> o(static_cast<size_t>(Hq) * D, 0.0);

@@ -428,6 +428,79 @@ const Spec kSpecs[] = {
  "window 2\n"
  "decode\ndecode\ndecode\ndecode\ndecode\ndecode\ndecode\ndecode\ndecode\n"
  "decode\ndecode\ndecode\ndecode\ndecode\ndecode\ndecode\ndecode\ndecode\n"},
+
+{"storage_kv",
+ "Storage types on full attention: the same statements on four kv layers that\n"
+ "store keys and values as f32, bf16, q8_0 and q4_0 (TRACE.md \"Values\":\n"
+ "rounded through the type, then attention in double), with a window, a\n"
+ "trim and rewritten positions, decodes and a round with a partial\n"
+ "accept. Visibility is the same in every layer.",
+ "trace 1\n"
+ "rows 1\n"
+ "layer f32 kv heads=1 qheads=2 dim=32 kv=f32\n"
+ "layer bf16 kv heads=1 qheads=2 dim=32 kv=bf16\n"
+ "layer q8 kv heads=1 qheads=2 dim=32 kv=q8_0\n"
+ "layer q4 kv heads=1 qheads=2 dim=32 kv=q4_0\n"
+ "window 4\n"
+ "decode\n"
+ "trim 2\n"
+ "decode ids=40\n"
+ "arm\n"
+ "window 3 ids=50,51,52\n"
+ "accept 1\n"
+ "decode\n"},
+
+{"storage_batched_kv",
+ "Storage types on batched full attention: rows with left padding (pad\n"
+ "contents are stored and never seen), sliding windows, a ragged accept;\n"
+ "q8_0 and q4_0 at dims 32 and 64, bf16 beside them.",
+ "trace 1\n"
+ "rows 3\n"
+ "layer bf16 kv heads=2 dim=32 window=3 kv=bf16\n"
+ "layer q8 kv heads=2 dim=64 kv=q8_0\n"
+ "layer q4 kv heads=1 qheads=2 dim=32 window=3 kv=q4_0\n"
+ "window 4 left=0,3,1 ids=0,1,2,3/0/0,1,2\n"
+ "decode\n"
+ "arm\n"
+ "window 3\n"
+ "accept 1,3,0\n"
+ "decode ids=70/71/72\n"},
+
+{"storage_rotating",
+ "Storage types on a sliding-window ring (window 4, capacity 5): written\n"
+ "past its capacity, then a round whose verify window crosses the window\n"
+ "boundary and is partly rejected; the kept tokens' stored blocks are\n"
+ "what later decodes read.",
+ "trace 1\n"
+ "rows 1\n"
+ "layer f32 rotating window=4 capacity=5 heads=1 dim=32 kv=f32\n"
+ "layer bf16 rotating window=4 capacity=5 heads=1 dim=32 kv=bf16\n"
+ "layer q8 rotating window=4 capacity=5 heads=1 dim=32 kv=q8_0\n"
+ "layer q4 rotating window=4 capacity=5 heads=1 dim=32 kv=q4_0\n"
+ "window 6\n"
+ "decode\n"
+ "arm\n"
+ "window 5 ids=100,101,102,103,104\n"
+ "accept 2\n"
+ "decode\n"
+ "decode\n"},
+
+{"storage_batched_rotating",
+ "Storage types on batched rings (window 3): left padding, a wrap, a\n"
+ "ragged accept; q8_0 and q4_0 beside bf16, two KV heads with grouped\n"
+ "queries.",
+ "trace 1\n"
+ "rows 2\n"
+ "layer bf16 rotating window=3 heads=2 qheads=4 dim=32 kv=bf16\n"
+ "layer q8 rotating window=3 capacity=4 heads=2 qheads=4 dim=32 kv=q8_0\n"
+ "layer q4 rotating window=3 heads=2 qheads=4 dim=32 kv=q4_0\n"
+ "window 3 left=0,2\n"
+ "decode\n"
+ "decode\n"
+ "arm\n"
+ "window 3 ids=60,61,62/63,64,65\n"
+ "accept 2,1\n"
+ "decode\n"},
 };
 // clang-format on
 

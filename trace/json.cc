@@ -314,6 +314,8 @@ std::string ProgramToJson(const Program& p, const std::vector<int>* source_lines
     String(&out, c.name);
     Key(&out, "kind");
     String(&out, KindName(c.kind));
+    Key(&out, "kv");
+    String(&out, KvTypeName(c.kv));
     const std::pair<const char*, int64_t> ints[] = {
         {"line", l < p.layer_lines.size() ? p.layer_lines[l] : 0},
         {"heads", c.heads}, {"qheads", c.QueryHeads()}, {"dim", c.dim},

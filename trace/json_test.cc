@@ -177,10 +177,10 @@ TEST(JsonEdges, SourceLinesOnlyWhereTheMapHasTheLine) {
             std::string::npos) << json1;
   EXPECT_NE(json1.find("{\"line\": 5, \"op\": \"decode\""), std::string::npos) << json1;
   // Layer lines.
-  EXPECT_NE(ProgramToJson(p).find("\"name\": \"a\", \"kind\": \"kv\", \"line\": 3,"),
+  EXPECT_NE(ProgramToJson(p).find("\"name\": \"a\", \"kind\": \"kv\", \"kv\": \"f32\", \"line\": 3,"),
             std::string::npos);
   p.layer_lines.clear();
-  EXPECT_NE(ProgramToJson(p).find("\"name\": \"a\", \"kind\": \"kv\", \"line\": 0,"),
+  EXPECT_NE(ProgramToJson(p).find("\"name\": \"a\", \"kind\": \"kv\", \"kv\": \"f32\", \"line\": 0,"),
             std::string::npos) << ProgramToJson(p);
 }
 

@@ -85,15 +85,21 @@ bool Parser::ParseLayerLine() {
   }
   int32_t values[kNumLayerKeys] = {};
   int value_col[kNumLayerKeys] = {};  // 0: key not given
-  if (!ParseLayerKeys(layer.kind, values, value_col)) return false;
+  int kv_col = 0;
+  if (!ParseLayerKeys(layer.kind, values, value_col, &layer.kv, &kv_col)) return false;
   if (!ResolveLayer(values, value_col, kind_word, &layer)) return false;
+  if (kv_col != 0) {
+    const Status type = CheckKvType(layer.kv, layer.dim);
+    if (!type.ok()) return Fail(kv_col, "layer: " + type.message());
+  }
   program_->layers.push_back(std::move(layer));
   program_->layer_lines.push_back(line_);
   program_->header_end_line = line_;
   return true;
 }
 
-bool Parser::ParseLayerKeys(CacheKind kind, int32_t* values, int* value_col) {
+bool Parser::ParseLayerKeys(CacheKind kind, int32_t* values, int* value_col, KvType* kv,
+                            int* kv_col) {
   const unsigned kind_bit = 1u << static_cast<int>(kind);
   for (size_t i = 3; i < words_.size(); ++i) {
     const Word& w = words_[i];
@@ -102,11 +108,24 @@ bool Parser::ParseLayerKeys(CacheKind kind, int32_t* values, int* value_col) {
       return Fail(w.col, "layer: expected key=value, got " + Quote(w.text));
     }
     const std::string_view key = w.text.substr(0, eq);
+    if (key == "kv") {  // the storage type: a name, not a number
+      if (kind == CacheKind::kSsm) {
+        return Fail(w.col, "layer: key 'kv' is not allowed for a ssm layer");
+      }
+      if (*kv_col != 0) return Fail(w.col, "layer: repeated key 'kv'");
+      const int col = w.col + static_cast<int>(eq) + 1;
+      if (!ParseKvType(w.text.substr(eq + 1), kv)) {
+        return Fail(col, "layer: unknown storage type " + Quote(w.text.substr(eq + 1)) +
+                             " (expected f32, bf16, q8_0 or q4_0)");
+      }
+      *kv_col = col;
+      continue;
+    }
     int k = 0;
     while (k < kNumLayerKeys && key != kLayerKeys[k].name) ++k;
     if (k == kNumLayerKeys) {
       return Fail(w.col, "layer: unknown key " + Quote(key) +
-                             " (keys: heads, qheads, dim, window, capacity, "
+                             " (keys: heads, qheads, dim, window, capacity, kv, "
                              "kheads, dk, dv, conv)");
     }
     if ((kLayerKeys[k].kinds & kind_bit) == 0) {

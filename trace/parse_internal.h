@@ -74,7 +74,9 @@ class Parser {
   bool ParseLayerLine();
   // The `key=value` words of a layer line from word 3: values[k] and the
   // column of each given value (0: key not given), in kLayerKeys' order.
-  bool ParseLayerKeys(CacheKind kind, int32_t* values, int* value_col);
+  // The integer keys into values/value_col (column 0: not given), the
+  // storage type `kv=` into *kv and *kv_col.
+  bool ParseLayerKeys(CacheKind kind, int32_t* values, int* value_col, KvType* kv, int* kv_col);
   // Sets the given keys on `layer` and checks the rules that span keys.
   bool ResolveLayer(const int32_t* values, const int* value_col, const Word& kind_word,
                     LayerConfig* layer);

@@ -59,6 +59,9 @@ class Reader {
   bool ok() const { return error_.empty(); }
   size_t left() const { return b_.size() - at_; }
   size_t offset() const { return at_; }
+  // The format version the header read (older versions lack some fields).
+  uint32_t version() const { return version_; }
+  void set_version(uint32_t version) { version_ = version; }
   Status status() const { return ok() ? Status::Ok() : Status::Error(error_); }
 
   bool Fail(const std::string& what) {
@@ -137,10 +140,23 @@ class Reader {
     v->resize(static_cast<size_t>(n));
     return n == 0 || Raw(v->data(), static_cast<size_t>(n) * sizeof(T));
   }
+  // A byte vector encoded as a count of `unit`-byte values, then the bytes.
+  template <class A>
+  bool Bytes(std::vector<uint8_t, A>* v, size_t unit, const char* name) {
+    uint64_t n = 0;
+    if (!Value(&n)) return false;
+    if (n > left() / unit) {
+      return Fail(std::string(name) + " claims " + std::to_string(n) +
+                  " values, more than the input holds");
+    }
+    v->resize(static_cast<size_t>(n) * unit);
+    return n == 0 || Raw(v->data(), v->size());
+  }
 
  private:
   std::string_view b_;
   size_t at_ = 0;
+  uint32_t version_ = 0;
   std::string error_;
 };
 

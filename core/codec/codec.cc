@@ -57,9 +57,10 @@ Status CacheCodec::DecodeCacheFrom(Reader& r, std::unique_ptr<Cache>* out) {
   r.Raw(magic, 4);
   if (r.ok() && std::memcmp(magic, kCacheMagic, 4) != 0) r.Fail("not a kvspec cache");
   r.Value(&version);
-  if (r.ok() && version != kCodecVersion) {
+  if (r.ok() && (version < kOldestCodecVersion || version > kCodecVersion)) {
     r.Fail("unsupported version " + std::to_string(version));
   }
+  r.set_version(version);
   r.String(&kind, kMaxStringRead);
   if (!r.ok()) return r.status();
   if (!HasCodec(kind)) return Status::Error("no codec for cache kind '" + kind + "'");

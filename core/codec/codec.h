@@ -25,11 +25,15 @@
 // fuzz_codec_decode measures it with a counting operator new and traps
 // above it.
 //
-// Format (version 1):
+// Format (version 2):
 //   cache  := "KVSC" u32 version, string kind, payload of that kind
 //   layout := "KVSL" u32 version, i32 rows, u32 layers,
 //             { layer config, u64 length, cache }*, layout state
 //   string := u32 length, bytes;  vectors := u64 count, elements
+// An attention cache's payload and a layer config end their shape with the
+// storage type (u8, KvType); keys and values are the stored rows' bytes
+// (blocks as they are). Version 1 (fp32 only: no type, keys and values
+// counted in floats) still loads; saving writes version 2.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +47,8 @@
 
 namespace kvspec {
 
-inline constexpr uint32_t kCodecVersion = 1;
+inline constexpr uint32_t kCodecVersion = 2;
+inline constexpr uint32_t kOldestCodecVersion = 1;
 
 // Whether a codec exists for this kind (compares kind strings; fails closed).
 bool HasCodec(std::string_view kind);

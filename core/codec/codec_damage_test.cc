@@ -48,11 +48,12 @@ std::vector<float> Filled(size_t n, float start) {
 
 // Offsets in an encoded column cache (kv, rotating and their batched kinds):
 // "KVSC", u32 version, string kind, then i32 rows, heads, dim, window,
-// capacity; i64 columns, peak, peak before the write; u64 slots, first;
-// i64 held; then the vectors keys, values, slot positions, ...
+// capacity; u8 storage type; i64 columns, peak, peak before the write; u64
+// slots, first; i64 held; then the vectors keys, values (bytes), slot
+// positions, ...
 struct ColumnOffsets {
   size_t rows, heads, dim, slots, keys;  // keys: the u64 count of the keys
-  uint64_t elements;                     // keys (and values) per vector
+  uint64_t elements;                     // key (and value) bytes: 4 per fp32 value
   size_t values, slot_pos;               // their u64 counts
 };
 
@@ -64,16 +65,17 @@ ColumnOffsets ColumnsOf(const std::string& bytes, const std::string& kind) {
   o.rows = payload;
   o.heads = payload + 4;
   o.dim = payload + 8;
-  o.slots = payload + 20 + 24;
+  EXPECT_EQ(static_cast<uint8_t>(bytes[payload + 20]), 0);  // f32
+  o.slots = payload + 21 + 24;
   o.keys = o.slots + 8 + 8 + 8;
   o.elements = static_cast<uint64_t>(Get<int32_t>(bytes, o.rows)) *
                static_cast<uint64_t>(Get<int32_t>(bytes, o.heads)) *
                Get<uint64_t>(bytes, o.slots) *
-               static_cast<uint64_t>(Get<int32_t>(bytes, o.dim));
+               static_cast<uint64_t>(Get<int32_t>(bytes, o.dim)) * 4;
   EXPECT_EQ(Get<uint64_t>(bytes, o.keys), o.elements);
-  o.values = o.keys + 8 + 4 * o.elements;
+  o.values = o.keys + 8 + o.elements;
   EXPECT_EQ(Get<uint64_t>(bytes, o.values), o.elements);
-  o.slot_pos = o.values + 8 + 4 * o.elements;
+  o.slot_pos = o.values + 8 + o.elements;
   return o;
 }
 
@@ -97,17 +99,43 @@ std::string EncodedPaddedBatch(ColumnOffsets* offsets) {
 TEST(CodecDamage, KeysOfTheWrongCountAreRefused) {
   ColumnOffsets o;
   const std::string bytes = EncodedPaddedBatch(&o);
-  ASSERT_GT(o.elements, 1u);
+  ASSERT_GT(o.elements, 4u);
   std::string shorter = bytes.substr(0, o.keys);
-  const uint64_t fewer = o.elements - 1;
+  const uint64_t fewer = o.elements - 4;
   shorter.append(reinterpret_cast<const char*>(&fewer), 8);
-  shorter.append(bytes, o.keys + 8, 4 * fewer);  // drop the last key float
+  shorter.append(bytes, o.keys + 8, fewer);  // drop the last key float
   shorter.append(bytes, o.values, std::string::npos);
   std::unique_ptr<Cache> out;
   const Status s = DecodeCache(shorter, &out);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("keys holds"), std::string::npos) << s.message();
   EXPECT_EQ(out, nullptr);
+}
+
+// Version 1 (fp32 only: no storage type, keys and values counted in
+// floats) still loads, as the same cache; saving writes version 2.
+TEST(CodecDamage, AVersion1CacheLoadsAsTheSameCache) {
+  ColumnOffsets o;
+  const std::string v2 = EncodedPaddedBatch(&o);
+  const size_t type = o.rows + 20;
+  std::string v1 = v2.substr(0, type) + v2.substr(type + 1, o.keys - type - 1);
+  v1[4] = 1;
+  const uint64_t floats = o.elements / 4;
+  for (size_t vector : {o.keys, o.values}) {
+    v1.append(reinterpret_cast<const char*>(&floats), 8);
+    v1.append(v2, vector + 8, o.elements);
+  }
+  v1.append(v2, o.slot_pos, std::string::npos);
+  std::unique_ptr<Cache> old_one, new_one;
+  ASSERT_TRUE(DecodeCache(v1, &old_one).ok());
+  ASSERT_TRUE(DecodeCache(v2, &new_one).ok());
+  Hasher old_hash, new_hash;
+  old_one->HashState(&old_hash);
+  new_one->HashState(&new_hash);
+  EXPECT_EQ(old_hash.value(), new_hash.value());
+  std::string again;
+  ASSERT_TRUE(EncodeCache(*old_one, &again).ok());
+  EXPECT_EQ(again, v2);
 }
 
 // A slot position is a position (>= 0) or -1 (padding or empty): -2 in a
@@ -347,7 +375,7 @@ TEST(CodecDamage, LayoutRefusesARingConfigOfAnotherWindow) {
 struct FieldBound {
   const char* name;
   size_t at;     // offset of the field
-  int width;     // 4: int32 (or uint32 when lo >= 0 and unsigned_field), 8: int64
+  int width;     // 4: int32 (or uint32 when lo >= 0 and unsigned_field), 8: int64, 1: uint8
   bool unsigned_field;
   int64_t lo, hi;
 };
@@ -360,6 +388,7 @@ std::string Written(std::string bytes, size_t at, int64_t v) {
 }
 
 std::string WithField(const std::string& bytes, const FieldBound& f, int64_t v) {
+  if (f.width == 1) return Written<uint8_t>(bytes, f.at, v);
   if (f.width == 8) return f.unsigned_field ? Written<uint64_t>(bytes, f.at, v)
                                             : Written<int64_t>(bytes, f.at, v);
   return f.unsigned_field ? Written<uint32_t>(bytes, f.at, v) : Written<int32_t>(bytes, f.at, v);
@@ -419,6 +448,8 @@ TEST(CodecBounds, EveryLayoutFieldOutsideItsBoundsIsRefusedWithItsExactMessage) 
       const auto& [name, lo, hi] = config[i];
       fields.push_back({name, Layer0Field(bytes, static_cast<int>(i)), 4, false, lo, hi});
     }
+    fields.push_back({"storage type", Layer0Field(bytes, static_cast<int>(config.size())), 1,
+                      true, 0, 3});
     ExpectEveryBoundRefused("layout of " + named.name, bytes, fields, DecodesAsLayout);
   }
 }
@@ -448,9 +479,10 @@ TEST(CodecBounds, EveryCacheFieldOutsideItsBoundsIsRefusedWithItsExactMessage) {
                              {"head dim", at + 8, 4, false, 1, dims},
                              {"window", at + 12, 4, false, 0, windows},
                              {"ring capacity", at + 16, 4, false, min_capacity, max_capacity},
-                             {"columns", at + 20, 8, false, 0, int32_max},
-                             {"peak", at + 28, 8, false, 0, int32_max},
-                             {"slots", at + 44, 8, true, 0, windows}},
+                             {"storage type", at + 20, 1, true, 0, 3},
+                             {"columns", at + 21, 8, false, 0, int32_max},
+                             {"peak", at + 29, 8, false, 0, int32_max},
+                             {"slots", at + 45, 8, true, 0, windows}},
                             DecodesAsCache);
   }
   // Recurrent caches.

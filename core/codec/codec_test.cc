@@ -238,12 +238,16 @@ TEST(Codec, RefusesOtherMagicVersionsAndKinds) {
   // A layout is not a cache and the other way round.
   EXPECT_FALSE(DecodeCache(layouts[0].bytes, &c).ok());
   EXPECT_FALSE(DecodeLayout(cache, &layout).ok());
-  // Version 2.
-  std::string v2 = cache;
-  v2[4] = 2;
-  const Status s = DecodeCache(v2, &c);
-  EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("unsupported version 2"), std::string::npos) << s.message();
+  // Versions 0 and 3 (1 and 2 are read).
+  for (char version : {0, 3}) {
+    std::string other = cache;
+    other[4] = version;
+    const Status s = DecodeCache(other, &c);
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("unsupported version " + std::to_string(version)),
+              std::string::npos)
+        << s.message();
+  }
   // An unknown kind string of the same length.
   std::string kind = cache;
   const size_t at = kind.find("batched_kv");

@@ -15,6 +15,7 @@ void CacheCodec::EncodeColumns(const ColumnStore& c, Writer& w) {
   w.Value<int32_t>(c.dim_);
   w.Value<int32_t>(c.window_);
   w.Value<int32_t>(c.ring_capacity_);
+  w.Value<uint8_t>(static_cast<uint8_t>(c.type_));
   w.Value<int64_t>(c.columns_);
   w.Value<int64_t>(c.peak_);
   w.Value<int64_t>(c.peak_before_write_);
@@ -38,6 +39,8 @@ Status CacheCodec::DecodeColumns(Reader& r, bool batched, bool ring,
   r.Int(&window, 0, kMaxWindowRead, "window");
   // The kind says which: a ring has a capacity, a plain cache none.
   r.Int(&capacity, ring ? 1 : 0, ring ? kMaxWindowRead : 0, "ring capacity");
+  uint8_t type = 0;  // version 1: fp32 only
+  if (r.version() >= 2) r.Int(&type, 0, static_cast<int64_t>(KvType::kQ4_0), "storage type");
   // The store allocates its per-row vectors (next positions and held pads,
   // 12 bytes per row) before they are read; a valid encoding holds the next
   // positions, one int32 per row, after the fixed fields. Not the last
@@ -45,7 +48,8 @@ Status CacheCodec::DecodeColumns(Reader& r, bool batched, bool ring,
   // (counting them refused a fresh 23-row layout's own encoding).
   r.Holds(rows, sizeof(int32_t), "per-row positions");
   if (!r.ok()) return r.status();
-  std::unique_ptr<ColumnStore> c = NewColumnStore(batched, rows, heads, dim, window, capacity);
+  std::unique_ptr<ColumnStore> c =
+      NewColumnStore(batched, rows, heads, dim, window, capacity, static_cast<KvType>(type));
   uint64_t slots = 0, first = 0;
   r.Int(&c->columns_, 0, std::numeric_limits<int32_t>::max(), "columns");
   r.Int(&c->peak_, 0, std::numeric_limits<int32_t>::max(), "peak");
@@ -57,8 +61,10 @@ Status CacheCodec::DecodeColumns(Reader& r, bool batched, bool ring,
   c->first_ = static_cast<size_t>(first);
   // Vectors are read as encoded (their counts bounded by the input); their
   // sizes are invariants of the cache.
-  r.Vector(&c->k_, -1, "keys");
-  r.Vector(&c->v_, -1, "values");
+  // The stored rows' bytes (version 1 counted them in floats).
+  const size_t unit = r.version() >= 2 ? 1 : sizeof(float);
+  r.Bytes(&c->k_, unit, "keys");
+  r.Bytes(&c->v_, unit, "values");
   r.Vector(&c->slot_pos_, -1, "slot positions");
   r.Vector(&c->next_, -1, "next positions");
   r.Vector(&c->last_write_real_, -1, "last write");

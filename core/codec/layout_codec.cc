@@ -33,6 +33,7 @@ void WriteLayerConfig(const LayerConfig& c, Writer& w) {
   w.Value<int32_t>(c.dk);
   w.Value<int32_t>(c.dv);
   w.Value<int32_t>(c.conv);
+  w.Value<uint8_t>(static_cast<uint8_t>(c.kv));
 }
 
 // A layer's config, each field within the format's bounds; whether it
@@ -50,7 +51,10 @@ bool ReadLayerConfig(Reader& r, LayerConfig* c) {
   r.Int(&c->dk, 1, kMaxDimRead, "dk");
   r.Int(&c->dv, 1, kMaxDimRead, "dv");
   r.Int(&c->conv, 1, static_cast<int64_t>(kMaxConvKernel), "conv");
+  uint8_t kv = 0;  // version 1: fp32 only
+  if (r.version() >= 2) r.Int(&kv, 0, static_cast<int64_t>(KvType::kQ4_0), "storage type");
   c->kind = static_cast<CacheKind>(type);
+  c->kv = static_cast<KvType>(kv);
   return r.ok();
 }
 
@@ -63,6 +67,10 @@ Status ReadLayerCache(Reader& r, std::string_view bytes, uint32_t layer,
   Reader sub(bytes.substr(r.offset(), static_cast<size_t>(length)));
   Status s = CacheCodec::DecodeCacheFrom(sub, out);
   if (s.ok() && sub.left() != 0) s = Status::Error("trailing bytes in a layer's cache");
+  if (s.ok() && sub.version() != r.version()) {
+    s = Status::Error("a cache of version " + std::to_string(sub.version()) +
+                      " in a layout of version " + std::to_string(r.version()));
+  }
   if (!s.ok()) {
     return Status::Error("layer " + std::to_string(layer) + " (at byte " +
                          std::to_string(r.offset()) + "): " + s.message());
@@ -137,7 +145,10 @@ Status DecodeLayout(std::string_view bytes, std::unique_ptr<Layout>* out) {
     r.Raw(magic, 4);
     if (r.ok() && std::memcmp(magic, kLayoutMagic, 4) != 0) r.Fail("not a kvspec layout");
     r.Value(&version);
-    if (r.ok() && version != kCodecVersion) r.Fail("unsupported version " + std::to_string(version));
+    if (r.ok() && (version < kOldestCodecVersion || version > kCodecVersion)) {
+      r.Fail("unsupported version " + std::to_string(version));
+    }
+    r.set_version(version);
     r.Int(&rows, 1, kMaxRowsRead, "rows");
     r.Int(&layers, 1, kMaxLayersRead, "layers");
     // Each layer takes at least its config's fixed fields and its cache's

@@ -133,7 +133,8 @@ def main():
         f = l.split(" ")[-1].split(":")[0]
         print("  got:      %s" % messages.get(f, l))
     print("regenerate with: %s --write %s" % (" ".join(sys.argv[:3] + [
-        "--setting " + x for x in args.setting]), args.check))
+        "--setting " + x for x in args.setting] + (["--lenient"] if args.lenient else [])),
+        args.check))
     print("%d passed, %d failed" % (len(ws & gs), len(gs - ws)))
     return 1
 

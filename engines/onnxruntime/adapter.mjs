@@ -11,7 +11,7 @@
 //                 length (its only lever; breaks its contract), or =replay:
 //                 restore the ring from before the last forward and replay
 //                 the kept tokens through the op.
-import { serve } from "kvspec-adapter-kit";
+import { NotApplicable, serve } from "kvspec-adapter-kit";
 import * as ops from "./cache_ops.mjs";
 
 const BUFFERS = ["full", "shared", "ring"];
@@ -30,7 +30,12 @@ serve({
     settings = s;
     return s;
   },
-  create: (rows, layers) => ops.create(rows, layers, settings),
+  create: (rows, layers) => {
+    // The cache is fp32 tensors: a storage type (kv=) has nothing to map to.
+    const typed = layers.find((l) => (l.kv ?? "f32") !== "f32");
+    if (typed) throw new NotApplicable(`layer '${typed.name}' stores kv=${typed.kv}: ONNX Runtime's CPU attention ops keep K/V in fp32 tensors`);
+    return ops.create(rows, layers, settings);
+  },
   forward: async (cache, columns, ids, positions, left, right, decode) => {
     const { seen, outs } = await ops.forward(cache, { columns, ids, positions, left, right, decode });
     const key = (k) => { const [layer, row, pos] = k.split(",").map(Number); return { layer, row, pos }; };

@@ -12,7 +12,8 @@
 // but never one that a later query can still see. Attention reads only what
 // is stored: the query at position p admits the stored tokens of its row at
 // positions p - window + 1 .. p.
-import { Refused, attentionToken, attend, recurrentToken, convWeights } from "../index.js";
+import { Refused, attentionToken, attend, recurrentToken, convWeights, stored, rowBytes }
+  from "../index.js";
 
 const MAX_TOKENS_PER_ROW = 1000000;
 
@@ -83,6 +84,7 @@ function newLayer(index, spec, rows) {
     index, name: spec.name, ring, window: spec.window,
     capacity: ring ? spec.capacity || spec.window : 0,
     heads: spec.heads, qheads: spec.qheads || spec.heads, dim: spec.dim,
+    kv: spec.kv || "f32",  // keys and values are kept as they read back once stored
     // per row: columns of {pos, id, k, v}
     pos: Array.from({ length: rows }, () => []),
     ids: Array.from({ length: rows }, () => []),
@@ -145,8 +147,8 @@ function newCache(rows, specs) {
 }
 
 const wrapped = (c, layer) => layer.ring && c.peak > layer.capacity;
-const shape = (s) => [s.kind, s.heads, s.qheads, s.dim, s.window, s.capacity, s.kheads, s.dk,
-  s.dv, s.conv].join();
+const shape = (s) => [s.kind, s.kv, s.heads, s.qheads, s.dim, s.window, s.capacity, s.kheads,
+  s.dk, s.dv, s.conv].join();
 const attention = (c) => c.layers.filter((l) => !l.ssm);
 const hasSsm = (c) => c.layers.some((l) => l.ssm);
 
@@ -191,8 +193,8 @@ export class ToyAdapter {
           const t = attentionToken(layer.index, ids[r][j], p, layer.heads, layer.qheads, layer.dim);
           layer.pos[r][col] = p;
           layer.ids[r][col] = ids[r][j];
-          layer.k[r][col] = Array.from(t.k);
-          layer.v[r][col] = Array.from(t.v);
+          layer.k[r][col] = Array.from(stored(layer.kv, t.k, layer.dim));
+          layer.v[r][col] = Array.from(stored(layer.kv, t.v, layer.dim));
           queries.push([r, p, t.q]);
         });
       }
@@ -366,7 +368,7 @@ export class ToyAdapter {
 
   bytes_per_token(c, layer) {
     const l = c.layers[layer];
-    return l.ssm ? 0 : l.heads * 2 * l.dim * 4;
+    return l.ssm ? 0 : l.heads * 2 * rowBytes(l.kv, l.dim);
   }
 
   difference(a, b) {

@@ -56,7 +56,7 @@ def _layer(kind, i, draw):
     full = kind == "kv-full"  # a kv layer without a window
     if full:
         kind = "kv"
-    d = {"name": name, "kind": kind, "line": 0, "heads": 1, "qheads": 1, "dim": 4,
+    d = {"name": name, "kind": kind, "kv": "f32", "line": 0, "heads": 1, "qheads": 1, "dim": 4,
          "window": 0, "capacity": 0, "kheads": 1, "dk": 4, "dv": 4, "conv": 4}
     if kind == "kv" and not full:
         d["window"] = draw(st.sampled_from([0, 0, 1, 2, 3]))

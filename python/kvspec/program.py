@@ -19,10 +19,11 @@ SeenItem = Union[Tuple[int, int], str]
 class Layer:
     """One ``layer`` line of the header."""
 
-    FIELDS = ("name", "kind", "line", "heads", "qheads", "dim", "window", "capacity",
+    FIELDS = ("name", "kind", "kv", "line", "heads", "qheads", "dim", "window", "capacity",
               "kheads", "dk", "dv", "conv")
     name: str
     kind: str  # "kv", "rotating" or "ssm"
+    kv: str  # storage type of an attention layer: "f32", "bf16", "q8_0" or "q4_0"
     line: int
     heads: int
     qheads: int
@@ -163,6 +164,10 @@ class Program:
                 if k == "window" and layer.kind == "kv" and v == 0:
                     continue
                 words.append("%s=%d" % (k, v))
+            if layer.kind != "ssm" and layer.qheads != layer.heads:
+                words.append("qheads=%d" % layer.qheads)
+            if layer.kind != "ssm" and layer.kv != "f32":
+                words.append("kv=%s" % layer.kv)
             lines.append(" ".join(words))
         lines += [s.text() for s in self.statements]
         return "\n".join(lines) + "\n"

@@ -47,3 +47,51 @@ def attention_token(layer: int, ident: int, pos: int, heads: int, qheads: int,
     nq, n = qheads * dim, heads * dim
     draws = stream(token_seed(layer, ident, pos), nq + 2 * n)
     return draws[:nq], draws[nq:nq + n], draws[nq + n:]
+
+
+def row_bytes(kv: str, dim: int) -> int:
+    """Bytes of one head row of ``dim`` values stored as ``kv``: 4 or 2 per
+    value (f32, bf16), 34 or 18 per block of 32 (q8_0, q4_0)."""
+    per_block = {"q8_0": 34, "q4_0": 18}
+    if kv in per_block:
+        return dim // 32 * per_block[kv]
+    return dim * {"f32": 4, "bf16": 2}[kv]
+
+
+def stored(kv: str, x: npt.NDArray[np.float32], dim: int) -> npt.NDArray[np.float32]:
+    """What keys or values ``x`` (head rows of ``dim`` values, one after
+    another) read back as once stored as ``kv`` ("f32", "bf16", "q8_0",
+    "q4_0"; TRACE.md "Values"): bf16 rounded to nearest even; q8_0 and q4_0
+    quantized per block of 32 as ggml's reference quantizers do (fp32
+    arithmetic), then dequantized (exact)."""
+    x = np.asarray(x, np.float32)
+    if kv == "f32":
+        return x.copy()
+    if kv == "bf16":
+        bits = x.view(np.uint32).astype(np.uint64)
+        rounded = (bits + np.uint64(0x7FFF) + ((bits >> np.uint64(16)) & np.uint64(1))) \
+            & np.uint64(0xFFFF0000)
+        out: npt.NDArray[np.float32] = rounded.astype(np.uint32).view(np.float32)
+        return out
+    if kv not in ("q8_0", "q4_0") or dim % 32 or x.size % dim:
+        raise ValueError("storage type %r of rows of %d values" % (kv, dim))
+    blocks = x.reshape(-1, 32)
+    if kv == "q8_0":
+        amax = np.abs(blocks).max(axis=1)
+        d = (amax / np.float32(127)).astype(np.float32)
+    else:
+        first = np.abs(blocks).argmax(axis=1)  # the first of largest magnitude
+        d = (blocks[np.arange(len(blocks)), first] / np.float32(-8)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    scaled = (blocks * inv[:, None]).astype(np.float32)
+    if kv == "q8_0":  # roundf: halves away from zero (exact in double)
+        wide = scaled.astype(np.float64)
+        q = np.sign(wide) * np.floor(np.abs(wide) + 0.5)
+    else:
+        shifted = (scaled + np.float32(8.5)).astype(np.float32)
+        q = np.minimum(15, np.trunc(shifted)) - 8
+    scale = d.astype(np.float16).astype(np.float32)
+    result: npt.NDArray[np.float32] = (q.astype(np.float32) * scale[:, None]).astype(
+        np.float32).reshape(x.shape)
+    return result

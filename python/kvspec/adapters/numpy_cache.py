@@ -40,6 +40,7 @@ class Layer:
         self.window = spec.window
         self.capacity = (spec.capacity or spec.window) if self.ring else 0
         self.heads, self.qheads, self.dim = spec.heads, spec.qheads or spec.heads, spec.dim
+        self.kv = spec.kv  # storage type: keys and values are kept as they read back
         hd = self.heads * self.dim
         self.pos: npt.NDArray[Any] = np.zeros((rows, 0), np.int32)
         self.ids: npt.NDArray[Any] = np.zeros((rows, 0), np.int32)
@@ -154,6 +155,7 @@ class Adapter(Base):
                     col = left[r] + j
                     qq, kk, vv = values.attention_token(layer.index, ident, p, layer.heads,
                                                         layer.qheads, layer.dim)
+                    kk, vv = (values.stored(layer.kv, x, layer.dim) for x in (kk, vv))
                     pos[r, col], idv[r, col], k[r, col], v[r, col] = p, ident, kk, vv
                     q[(r, p)] = qq
             layer.append(pos, idv, k, v)
@@ -295,7 +297,7 @@ class Adapter(Base):
 
     def bytes_per_token(self, c, layer):
         lay = c.layers[layer]
-        return lay.heads * 2 * lay.dim * 4
+        return lay.heads * 2 * values.row_bytes(lay.kv, lay.dim)
 
     def difference(self, a, b):
         if a.rows != b.rows:

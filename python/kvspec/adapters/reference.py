@@ -31,7 +31,7 @@ class Adapter(Base):
     def create(self, rows: int, layers: List[Layer]) -> Handle:
         configs = [_core.LayerConfig(
             l.name, l.kind, heads=l.heads, q_heads=l.qheads, dim=l.dim, window=l.window,
-            capacity=l.capacity, kheads=l.kheads, dk=l.dk, dv=l.dv, conv=l.conv)
+            capacity=l.capacity, kheads=l.kheads, dk=l.dk, dv=l.dv, conv=l.conv, kv=l.kv)
             for l in layers]
         layout = _core.Layout(rows, configs)
         layout.reference_kernels = self.reference_kernels
