@@ -42,19 +42,21 @@ def take(s, n):
 
 
 def attention(layer, index, ids, p):
-    """(visible (pos, id) list, o of all heads) of the query at position p."""
-    H, D, W = layer["heads"], layer["dim"], layer.get("window", 0)
+    """(visible (pos, id) list, o of all query heads) of the query at position p."""
+    H, Hq, D, W = layer["heads"], layer["qheads"], layer["dim"], layer.get("window", 0)
     lo = max(0, p - W + 1) if W else 0
-    q = take(token_stream(index, ids[p], p), H * D)
+    q = take(token_stream(index, ids[p], p), Hq * D)
     keys, values = [], []
     for j in range(lo, p + 1):
         s = token_stream(index, ids[j], j)
-        take(s, H * D)  # its q
+        take(s, Hq * D)  # its q
         keys.append(take(s, H * D))
         values.append(take(s, H * D))
     o = []
-    for h in range(H):
-        scores = [sum(q[h * D + e] * k[h * D + e] for e in range(D)) / math.sqrt(D) for k in keys]
+    for hq in range(Hq):
+        h = hq // (Hq // H)  # query head hq reads KV head h (contiguous groups)
+        scores = [sum(q[hq * D + e] * k[h * D + e] for e in range(D)) / math.sqrt(D)
+                  for k in keys]
         top = max(scores)
         w = [math.exp(x - top) for x in scores]
         total = sum(w)
@@ -125,6 +127,7 @@ def check(path):
                 key, value = item.split("=")
                 layer[key] = int(value)
             layer.setdefault("kheads", layer["heads"])
+            layer.setdefault("qheads", layer["heads"])
             layers.append(layer)
             continue
         if not layouts:
