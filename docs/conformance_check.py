@@ -3,10 +3,12 @@
 
     python3 docs/conformance_check.py corpus/traces/conformance/*.trace
 
-It computes TRACE.md's "Values" directly (token contents, softmax attention,
-conv + L2 norm + gated delta rule) in Python floats (double) and checks every
-`expect sees`, `expect out` (within 1e-4 * (1 + |ref|)) and `expect positions`
-line. It is a starting point for another engine's harness: replace
+It computes TRACE.md's "Values" directly (token contents, keys and values
+rounded through the layer's storage type `kv=` (f32, bf16, q8_0, q4_0, in
+emulated fp32 as ggml's reference quantizers), softmax attention with
+grouped query heads, conv + L2 norm + gated delta rule) in Python floats
+(double) and checks every `expect sees`, `expect out` (within
+1e-4 * (1 + |ref|)) and `expect positions` line. It is a starting point for another engine's harness: replace
 attention() and recurrent() by calls into the engine's caches and kernels,
 driven by the same statements. Supports what the conformance files use:
 window, decode, trim [bypass], arm, accept, fork, use, reload. No
@@ -14,7 +16,9 @@ dependencies; Python 3.6+.
 """
 import copy
 import math
+import struct
 import sys
+from typing import Callable, Dict, List
 
 M64 = (1 << 64) - 1
 
@@ -41,20 +45,90 @@ def take(s, n):
     return [next(s) for _ in range(n)]
 
 
+def f32(x: float) -> float:
+    """x rounded to the nearest fp32 (ties to even)."""
+    return float(struct.unpack("<f", struct.pack("<f", x))[0])
+
+
+def bf16(x: float) -> float:
+    """fp32 x rounded to the nearest bfloat16, ties to even."""
+    bits = int(struct.unpack("<I", struct.pack("<f", x))[0])
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return float(struct.unpack("<f", struct.pack("<I", bits))[0])
+
+
+def fp16(x: float) -> float:
+    """fp32 x rounded to the nearest IEEE half, ties to even (subnormals included)."""
+    if x == 0 or math.isnan(x) or math.isinf(x):
+        return x
+    exponent = max(math.frexp(abs(x))[1] - 1, -14)  # |x| = m * 2^exponent, m in [1, 2)
+    quantum = 2.0 ** (exponent - 10)
+    y = round(x / quantum) * quantum  # round(): ties to even; x / quantum is exact
+    return math.copysign(y if abs(y) <= 65504 else math.inf, x)
+
+
+def roundf(x: float) -> int:
+    """C's roundf as an integer: the nearest, halves away from zero."""
+    n = math.floor(abs(x) + 0.5)
+    return -n if x < 0 else n
+
+
+def q8_0(xs: List[float]) -> List[float]:
+    """ggml's quantize_row_q8_0_ref then dequantize, per block of 32, in fp32."""
+    out = []
+    for b in range(0, len(xs), 32):
+        block = xs[b:b + 32]
+        d = f32(max(abs(x) for x in block) / 127)
+        id_ = f32(1 / d) if d else 0.0
+        out += [f32(roundf(f32(x * id_)) * fp16(d)) for x in block]
+    return out
+
+
+def q4_0(xs: List[float]) -> List[float]:
+    """ggml's quantize_row_q4_0_ref then dequantize, per block of 32, in fp32."""
+    out = []
+    for b in range(0, len(xs), 32):
+        block = xs[b:b + 32]
+        m = block[0]
+        for x in block:  # the first value of largest |x|
+            if abs(x) > abs(m):
+                m = x
+        d = f32(m / -8)
+        id_ = f32(1 / d) if d else 0.0
+        out += [f32((min(15, math.trunc(f32(f32(x * id_) + 8.5))) - 8) * fp16(d)) for x in block]
+    return out
+
+
+STORAGE: Dict[str, Callable[[List[float]], List[float]]] = {
+    "f32": lambda xs: xs,
+    "bf16": lambda xs: [bf16(x) for x in xs],
+    "q8_0": q8_0,
+    "q4_0": q4_0,
+}
+
+
+def stored(layer: Dict[str, object], xs: List[float], H: int, D: int) -> List[float]:
+    """Keys or values (H heads of D) as the layer's storage type holds them."""
+    to = STORAGE[str(layer.get("kv", "f32"))]
+    return [x for h in range(H) for x in to(xs[h * D:(h + 1) * D])]
+
+
 def attention(layer, index, ids, p):
-    """(visible (pos, id) list, o of all heads) of the query at position p."""
-    H, D, W = layer["heads"], layer["dim"], layer.get("window", 0)
+    """(visible (pos, id) list, o of all query heads) of the query at position p."""
+    H, Hq, D, W = layer["heads"], layer["qheads"], layer["dim"], layer.get("window", 0)
     lo = max(0, p - W + 1) if W else 0
-    q = take(token_stream(index, ids[p], p), H * D)
+    q = take(token_stream(index, ids[p], p), Hq * D)
     keys, values = [], []
     for j in range(lo, p + 1):
         s = token_stream(index, ids[j], j)
-        take(s, H * D)  # its q
-        keys.append(take(s, H * D))
-        values.append(take(s, H * D))
+        take(s, Hq * D)  # its q
+        keys.append(stored(layer, take(s, H * D), H, D))
+        values.append(stored(layer, take(s, H * D), H, D))
     o = []
-    for h in range(H):
-        scores = [sum(q[h * D + e] * k[h * D + e] for e in range(D)) / math.sqrt(D) for k in keys]
+    for hq in range(Hq):
+        h = hq // (Hq // H)  # query head hq reads KV head h (contiguous groups)
+        scores = [sum(q[hq * D + e] * k[h * D + e] for e in range(D)) / math.sqrt(D)
+                  for k in keys]
         top = max(scores)
         w = [math.exp(x - top) for x in scores]
         total = sum(w)
@@ -123,8 +197,11 @@ def check(path):
             layer = {"name": w[1], "kind": w[2], "heads": 1, "dim": 4, "dk": 4, "dv": 4, "conv": 4}
             for item in w[3:]:
                 key, value = item.split("=")
-                layer[key] = int(value)
+                if key == "kv" and value not in STORAGE:
+                    raise SystemExit(f"{path}:{number}: unknown storage type kv={value}")
+                layer[key] = value if key == "kv" else int(value)
             layer.setdefault("kheads", layer["heads"])
+            layer.setdefault("qheads", layer["heads"])
             layers.append(layer)
             continue
         if not layouts:
