@@ -46,6 +46,34 @@ def test_forward_matches_numpy_attention():
     assert layout.bytes_per_token(0) == 2 * 8 * 2 * 4
 
 
+@pytest.mark.parametrize("kv,row_bytes", [("f32", 256), ("bf16", 128), ("q8_0", 68),
+                                          ("q4_0", 36)])
+def test_storage_types_store_what_values_stored_reads_back(kv, row_bytes):
+    """Keys and values are kept as kvspec.values.stored gives them (the numpy
+    definition of TRACE.md's rounding), and attention reads them: the
+    output is numpy attention over the stored values."""
+    layout = kvspec.Layout(1, [kvspec.LayerConfig("a", "kv", heads=2, dim=64, kv=kv)])
+    assert layout.bytes_per_token(0) == 2 * 2 * row_bytes
+    io = inputs(layout, 4)
+    (out,) = layout.forward(4, io)
+    q, k, v = io[0]
+    view = layout.kv_view(0)
+    assert view["type"] == kv
+    ks = values.stored(kv, k[0].reshape(-1), 64).reshape(4, 2, 64)
+    vs = values.stored(kv, v[0].reshape(-1), 64).reshape(4, 2, 64)
+    for t in range(4):
+        slot = list(view["slot_pos"][0]).index(t)
+        np.testing.assert_array_equal(view["k"][0, :, slot], ks[t])
+        np.testing.assert_array_equal(view["v"][0, :, slot], vs[t])
+        for h in range(2):
+            s = ks[:t + 1, h] @ q[0, t, h] / np.sqrt(64)
+            w = np.exp(s - s.max())
+            np.testing.assert_allclose(out[0, t, h], (w / w.sum()) @ vs[:t + 1, h],
+                                       rtol=1e-5, atol=1e-5)
+    if kv != "f32":  # the rounding is visible: the stored keys are not the written ones
+        assert not np.array_equal(ks, k[0])
+
+
 def test_forward_writes_callers_out_in_place_and_converts_other_inputs():
     layout = kvspec.Layout(1, [kv()])
     q, k, v = inputs(layout, 3)[0]
