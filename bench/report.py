@@ -6,11 +6,13 @@
                                        kernel and target (gnuplot)
   report.py compare OLD.json NEW.json  per benchmark: median time of each
                                        run, NEW/OLD, and fraction counters
-  report.py table [--cpu NAME] RUN.json...
+  report.py table [--cpu NAME] [--exclude REGEX] RUN.json...
                                        the table of goals of docs/benchmarks.md
                                        (markdown): each figure with its
                                        limit or peer
-                                       from the same run, on the best target
+                                       from the same run, on the best target;
+                                       --exclude leaves out the benchmarks
+                                       whose name the regex finds
 
 Only the median aggregates are read when a run has repetitions, else the
 single runs. Standard library only; the chart needs gnuplot (Debian
@@ -204,14 +206,17 @@ def load_averages(paths):
     return out
 
 
-def table(paths, cpu):
+def table(paths, cpu, exclude=None):
     """Markdown rows: what, figure, limit or peer, ratio, goal, met. Each
     file (one suite's process) is read on its own: its figures go with the
-    limits and peers of that process only."""
+    limits and peers of that process only. `exclude`: a regex; benchmarks
+    whose name it finds are left out (with the rows that read them)."""
     rows = []
     targets = []
     for path in paths:
         runs = load([path])
+        if exclude:
+            runs = {n: b for n, b in runs.items() if not re.search(exclude, n)}
         # A suite with no goals (ring: no BM_PeakFma) adds no rows.
         if len(paths) > 1 and not any(n.startswith("BM_PeakFma/") for n in runs):
             continue
@@ -459,14 +464,21 @@ def run(command, argv):
         chart(argv[2], argv[3:])
     elif command == "table" and len(argv) >= 3:
         args = argv[2:]
-        cpu = None
-        if args[0] == "--cpu":
+        options = {"--cpu": None, "--exclude": None}
+        while args and args[0] in options:
             if len(args) < 3:
-                print("report.py table: --cpu needs a NAME and then RUN.json files",
+                print("report.py table: %s needs a value and then RUN.json files" % args[0],
                       file=sys.stderr)
                 return 2
-            cpu, args = args[1], args[2:]
-        table(args, cpu)
+            options[args[0]], args = args[1], args[2:]
+        if options["--exclude"] is not None:
+            try:
+                re.compile(options["--exclude"])
+            except re.error as e:
+                print("report.py table: --exclude %r: %s" % (options["--exclude"], e),
+                      file=sys.stderr)
+                return 2
+        table(args, options["--cpu"], options["--exclude"])
     elif command == "compare" and len(argv) == 4:
         compare(argv[2], argv[3])
     else:

@@ -45,7 +45,7 @@ class Table(unittest.TestCase):
     def tearDown(self):
         self.dir.cleanup()
 
-    def table(self, suites):
+    def table(self, suites, exclude=None):
         """report.py table over {suite: [entries]}; its rows by 'what'."""
         paths = []
         for suite, entries in suites.items():
@@ -55,7 +55,7 @@ class Table(unittest.TestCase):
             paths.append(path)
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            report.table(paths, "test CPU")
+            report.table(paths, "test CPU", exclude)
         rows = {}
         for line in out.getvalue().splitlines():
             if line.startswith("| ") and not line.startswith("| what"):
@@ -138,6 +138,19 @@ class Table(unittest.TestCase):
         self.assertEqual(rows["attention: q4_0 vs q8_0 decode, dim 64, 16384 tokens"][2:], ["1.25", ">= 1.5x", "**not met**"])
         self.assertEqual(rows["attention: kvspec q8_0 vs ggml q8_0 decode, dim 64, 16384 tokens"][2:], ["3.50", ">= 3x", "met"])
         self.assertEqual(rows["attention: quantizer q8_0, one token (8 KV heads), dim 128"][2:], ["0.46", ">= 0.5", "**not met**"])
+
+    def test_excluded_benchmarks_leave_their_rows_out(self):
+        entries = [median("BM_PeakFma/AVX3", 1.0, flops=1.5e11),
+                   median("BM_Decode/AVX3/f32/64/16384", 8.0, unit="ms"),
+                   median("BM_Decode/AVX3/bf16/64/16384", 4.0, unit="ms"),
+                   median("BM_Quantize/AVX3/q8_0/128", 800.0, unit="ns"),
+                   median("BM_QuantizeGgml/q8_0/128", 370.0, unit="ns")]
+        quantizer = "attention: quantizer q8_0, one token (8 KV heads), dim 128"
+        bf16 = "attention: bf16 vs f32 decode, dim 64, 16384 tokens"
+        self.assertIn(quantizer, self.table({"attention": entries}))
+        rows = self.table({"attention": entries}, exclude="^BM_Quantize")
+        self.assertNotIn(quantizer, rows)
+        self.assertEqual(rows[bf16][2:], ["2.00", ">= 1.7x", "met"])
 
     def test_decode_under_its_goal_gives_its_loads_and_fmas_as_bound(self):
         rows = self.attention(decode_ms=6.0, ggml_ms=30.0, walk_ms=5.0, fma_walk=12.6e9)
