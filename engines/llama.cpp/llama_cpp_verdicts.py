@@ -16,31 +16,27 @@ package, installed by tools/setup) is missing.
 """
 
 import argparse
-import glob
 import os
 import subprocess
 import sys
+from typing import Dict
 
-from kvspec.conform import verdict_of_line
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from engine_verdicts import (add_verdict_options, check_verdicts, corpus,  # noqa: E402
+                             engine_missing, take_verdicts, verdict_lines, write_verdicts)
 
 ADAPTER = "llama_cpp"  # kvspec.adapters.llama_cpp
-
-
-def corpus(repo):
-    files = sorted(glob.glob(os.path.join(repo, "corpus", "traces", "*.trace")))
-    files += sorted(glob.glob(os.path.join(repo, "corpus", "traces", "conformance", "*.trace")))
+EXTRA_TRACES = (
     # the minimal traces of the llama.cpp bugs found (docs/engines/llama.cpp.md)
-    files += sorted(glob.glob(os.path.join(repo, "docs", "engines", "llama.cpp-*.trace")))
+    os.path.join("docs", "engines", "llama.cpp-*.trace"),
     # the shrunk failures of the random mode (same document)
-    files += sorted(glob.glob(os.path.join(repo, "docs", "engines", "llama.cpp-random", "*.trace")))
-    return [os.path.relpath(f, repo) for f in files]
-
-
+    os.path.join("docs", "engines", "llama.cpp-random", "*.trace"),
+)
 
 
 def run(repo, files, env, messages, lenient=False, settings=()):
     """Verdicts (file -> text) for files, restarting after a crash."""
-    out = {}
+    out: Dict[str, str] = {}
     todo = list(files)
     flags = ["--lenient-refusals"] if lenient else []
     for s in settings:
@@ -50,11 +46,7 @@ def run(repo, files, env, messages, lenient=False, settings=()):
                            todo,
                            cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
-        for line in p.stdout.splitlines():
-            v = verdict_of_line(line)
-            if v and v[0] in todo:
-                out[v[0]] = v[1]
-                messages[v[0]] = line
+        take_verdicts(p.stdout, todo, out, messages)
         rest = [f for f in todo if f not in out]
         if p.returncode in (0, 1) and not rest:
             break
@@ -76,9 +68,7 @@ def main():
     ap.add_argument("--repo", required=True)
     ap.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
                     help="a llama.cpp setting (the runner's --setting), repeatable")
-    ap.add_argument("--check")
-    ap.add_argument("--write")
-    ap.add_argument("--messages", action="store_true", help="print the runner's lines")
+    add_verdict_options(ap, random=False)
     ap.add_argument("--lenient", action="store_true",
                     help="the runner's --lenient-refusals: missing refusals are undone and "
                     "counted, the trace goes on")
@@ -95,48 +85,19 @@ def main():
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if probe.returncode != 0:
         last = probe.stdout.strip().splitlines()[-1:] or ["(no output)"]
-        print("engine: FAILED: llama.cpp cannot be used: %s" % last[0])
-        print("engine: install it with tools/setup (npm ci in engines/llama.cpp)")
-        return 1
-    files = corpus(args.repo)
-    messages = {}
+        return engine_missing("llama.cpp", "engines/llama.cpp", last[0])
+    files = corpus(args.repo, *EXTRA_TRACES)
+    messages: Dict[str, str] = {}
     got = run(args.repo, files, env, messages, args.lenient, args.setting)
-    lines = [got[f] for f in files]
-    if args.messages:
-        for f in files:
-            print(messages[f])
+    lines = verdict_lines(files, got, messages, args.messages)
+    settings = args.settings or "defaults"
     if args.write:
-        with open(args.write, "w") as fh:
-            fh.write("# kvspec corpus verdicts for llama.cpp (engines/llama.cpp/llama_cpp_verdicts.py)\n")
-            fh.write("# settings: %s%s\n" % (args.settings or "defaults",
-                                             " (lenient refusals)" if args.lenient else ""))
-            fh.write("\n".join(lines) + "\n")
-        print("wrote %d verdicts to %s" % (len(lines), args.write))
-        return 0
-    with open(args.check) as fh:
-        want = [l.strip() for l in fh if l.strip() and not l.startswith("#")]
-    counts = {}
-    for l in lines:
-        k = "not applicable" if l.startswith("not applicable") else l.split(" ")[0]
-        counts[k] = counts.get(k, 0) + 1
-    if want == lines:
-        print("engine: %d traces, verdicts as in %s (settings: %s): %s" % (
-            len(lines), os.path.basename(args.check), args.settings or "defaults",
-            ", ".join("%d %s" % (n, k) for k, n in sorted(counts.items()))))
-        print("%d passed, 0 failed" % len(lines))
-        return 0
-    ws, gs = set(want), set(lines)
-    print("engine: verdicts differ from %s (settings: %s)" % (args.check, args.settings or "defaults"))
-    for l in sorted(ws - gs):
-        print("  expected: %s" % l)
-    for l in sorted(gs - ws):
-        f = l.split(" ")[-1].split(":")[0]
-        print("  got:      %s" % messages.get(f, l))
-    print("regenerate with: %s --write %s" % (" ".join(sys.argv[:3] + [
-        "--setting " + x for x in args.setting] + (["--lenient"] if args.lenient else [])),
-        args.check))
-    print("%d passed, %d failed" % (len(ws & gs), len(gs - ws)))
-    return 1
+        return write_verdicts(args.write, lines, "kvspec corpus verdicts for llama.cpp "
+                              "(engines/llama.cpp/llama_cpp_verdicts.py)",
+                              settings + (" (lenient refusals)" if args.lenient else ""), None)
+    return check_verdicts(args.check, lines, messages, "settings: " + settings, None,
+                          " ".join(sys.argv[:3] + ["--setting " + x for x in args.setting] +
+                                   (["--lenient"] if args.lenient else [])))
 
 
 if __name__ == "__main__":
