@@ -47,8 +47,8 @@
 #include "kvspec/core/codec/codec.h"
 #include "kvspec/core/layout.h"
 #include "kvspec/kernels/kv_blocks.h"
+#include "kvspec/properties/forward_inputs.h"
 #include "kvspec/runner/runner.h"
-#include "kvspec/testing/fill.h"
 #include "kvspec/testing/generators.h"
 #include "kvspec/testing/rc_choices.h"
 #include "kvspec/testing/shape_generators.h"
@@ -145,40 +145,6 @@ void CheckBuilt(const Layout& layout, size_t l, size_t estimate, const char* wha
   ++Reached()[what];
 }
 
-// Deterministic inputs of one forward (contents do not decide sizes).
-struct Inputs {
-  std::vector<std::vector<float>> a, b, c, d, w;
-  std::vector<AttentionIO> io;
-  Inputs(const Layout& layout, int32_t columns, uint32_t seed) {
-    const size_t n = layout.size();
-    a.resize(n), b.resize(n), c.resize(n), d.resize(n), w.resize(n);
-    const size_t cells = static_cast<size_t>(layout.rows()) * static_cast<size_t>(columns);
-    auto fill = [&seed](std::vector<float>* v, size_t count, float lo, float hi) {
-      testing::FillUniform(v, count, lo, hi, &seed);
-    };
-    for (size_t l = 0; l < n; ++l) {
-      const LayerConfig& cfg = layout.config(l);
-      if (cfg.kind == CacheKind::kSsm) {
-        const size_t hv = static_cast<size_t>(cfg.heads);
-        fill(&w[l], Channels(cfg) * static_cast<size_t>(cfg.conv), -0.5f, 0.5f);
-        fill(&a[l], cells * Channels(cfg), -1.0f, 1.0f);
-        fill(&b[l], cells * hv, 0.1f, 0.9f);
-        fill(&c[l], cells * hv, 0.1f, 0.9f);
-        fill(&d[l], cells * hv * static_cast<size_t>(cfg.dv), 0.0f, 0.0f);
-        io.emplace_back(SsmIO{w[l].data(), a[l].data(), b[l].data(), c[l].data(), d[l].data()});
-        continue;
-      }
-      const size_t kv = cells * static_cast<size_t>(cfg.heads) * static_cast<size_t>(cfg.dim);
-      const size_t q = cells * static_cast<size_t>(cfg.QueryHeads()) * static_cast<size_t>(cfg.dim);
-      fill(&a[l], q, -1.0f, 1.0f);
-      fill(&b[l], kv, -1.0f, 1.0f);
-      fill(&c[l], kv, -1.0f, 1.0f);
-      fill(&d[l], q, 0.0f, 0.0f);
-      io.emplace_back(a[l].data(), b[l].data(), c[l].data(), d[l].data());
-    }
-  }
-};
-
 // Every layout by name; operations act on the current one.
 struct Layouts {
   std::map<std::string, std::unique_ptr<Layout>> named;
@@ -217,7 +183,7 @@ void Forward(Layouts& s) {
     cols.left = p.left;
     cols.right = p.right;
   }
-  const Inputs in(layout, cols.columns, *rc::gen::arbitrary<uint32_t>());
+  const ForwardInputs in(layout, cols.columns, *rc::gen::arbitrary<uint32_t>());
   RC_LOG() << (decode ? std::string("decode") : "window " + std::to_string(cols.columns) +
                                                    " left=" + testing::JoinInts(cols.left) +
                                                    " right=" + testing::JoinInts(cols.right))
@@ -546,7 +512,7 @@ TEST_P(LayoutBudgetTargets, TheRunnerGrantsALifecycleStatementExactlyItsBytes) {
           ForwardColumns cols = ForwardColumns::Dense(rows, p.columns);
           cols.left = p.left;
           cols.right = p.right;
-          const Inputs in(*mirror, cols.columns, 1);
+          const ForwardInputs in(*mirror, cols.columns, 1);
           RC_PRE(mirror->Forward(cols, in.io).ok());
           text += "window " + std::to_string(p.columns) + " left=" + testing::JoinInts(p.left) +
                   " right=" + testing::JoinInts(p.right) + "\n";
