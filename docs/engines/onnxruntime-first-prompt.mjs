@@ -11,7 +11,7 @@
 // Run: node docs/engines/onnxruntime-first-prompt.mjs (from a folder where
 // onnxruntime-node resolves, e.g. engines/onnxruntime) -- exits 1 when the bug shows.
 import { createRequire } from "node:module";
-import { gqaModel } from "./onnxruntime-models.mjs";
+import { gqaModel } from "../../engines/onnxruntime/models.mjs";
 
 const ort = createRequire(process.cwd() + "/")("onnxruntime-node");
 
