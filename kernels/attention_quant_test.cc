@@ -26,6 +26,7 @@
 #include "kvspec/kernels/kv_view.h"
 #include "kvspec/kernels/mask.h"
 #include "kvspec/kernels/quantize.h"
+#include "kvspec/kernels/test_mask.h"
 #include "kvspec/kernels/test_random.h"
 #include "kvspec/kernels/thread_pool.h"
 #include "kvspec/testing/target_params.h"
@@ -142,26 +143,9 @@ void FillInputs(const QuantCase& c, Rand* r, QuantInputs* in) {
   in->kv_f32.k = in->kf.data();
   in->kv_f32.v = in->vf.data();
 
-  Mask& m = in->mask;
-  m.window = c.window;
-  m.rows = c.rows;
-  m.queries = c.queries;
-  m.slot_pos = in->pos.data();
-  m.slot_stride = c.slots;
-  m.slots = c.slots;
-  m.first_slot = c.first_slot;
+  FillTestMask(c.window, c.rows, c.queries, c.slots, c.first_slot, c.pad_every, in->pos.data(), r,
+               &in->mask);
   const size_t n = static_cast<size_t>(c.rows) * c.queries;
-  m.query_pos.resize(n);
-  m.lo.resize(n);
-  m.hi.resize(n);
-  for (size_t rq = 0; rq < n; ++rq) {
-    const int32_t qi = static_cast<int32_t>(rq % c.queries);
-    const bool pad = c.pad_every > 0 && qi % c.pad_every == c.pad_every - 1;
-    const int32_t qp = c.slots + 3 - c.queries + qi - static_cast<int32_t>(r->Int(0, 2));
-    m.query_pos[rq] = pad ? -1 : qp;
-    m.lo[rq] = pad ? 0 : (c.window > 0 ? std::max(0, qp - c.window + 1) : 0);
-    m.hi[rq] = pad ? -1 : qp;
-  }
   in->q.resize(n * c.kv_heads * c.group * c.dim);
   r->Fill(&in->q, -2, 2);
 }
