@@ -23,23 +23,22 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// The largest |x| of a block of 32 values.
-HWY_INLINE float BlockAbsMax(DF d, const float* HWY_RESTRICT x) {
-  const size_t N = hn::Lanes(d);
-  VF m = hn::Abs(hn::LoadU(d, x));
-  for (size_t o = N; o < static_cast<size_t>(kKvBlockValues); o += N) {
-    m = hn::Max(m, hn::Abs(hn::LoadU(d, x + o)));
-  }
-  return hn::GetLane(hn::MaxOfLanes(d, m));
-}
-
-// Whether the 32 values of a block are all finite (a NaN compares false).
-HWY_INLINE bool BlockFinite(DF d, const float* HWY_RESTRICT x) {
+// The largest |x| of a block of 32 values into *amax, in one pass with the
+// check that they are all finite (false: a NaN or an infinity; a NaN
+// compares false).
+HWY_INLINE bool BlockAbsMax(DF d, const float* HWY_RESTRICT x, float* amax) {
   const size_t N = hn::Lanes(d);
   const VF largest = hn::Set(d, std::numeric_limits<float>::max());
-  for (size_t o = 0; o < static_cast<size_t>(kKvBlockValues); o += N) {
-    if (!hn::AllTrue(d, hn::Le(hn::Abs(hn::LoadU(d, x + o)), largest))) return false;
+  VF a = hn::Abs(hn::LoadU(d, x));
+  VF m = a;
+  auto finite = hn::Le(a, largest);
+  for (size_t o = N; o < static_cast<size_t>(kKvBlockValues); o += N) {
+    a = hn::Abs(hn::LoadU(d, x + o));
+    m = hn::Max(m, a);
+    finite = hn::And(finite, hn::Le(a, largest));
   }
+  if (!hn::AllTrue(d, finite)) return false;
+  *amax = hn::GetLane(hn::MaxOfLanes(d, m));
   return true;
 }
 
@@ -72,11 +71,11 @@ void QuantizeQ8_0Impl(const float* HWY_RESTRICT x, size_t n, BlockQ8_0* HWY_REST
   const size_t N = hn::Lanes(d);
   for (size_t b = 0; b < n / kKvBlockValues; ++b) {
     const float* xb = x + b * kKvBlockValues;
-    if (!BlockFinite(d, xb)) {
+    float amax;
+    if (!BlockAbsMax(d, xb, &amax)) {
       StoreNonFinite(&y[b]);
       continue;
     }
-    const float amax = BlockAbsMax(d, xb);
     const float scale = amax / 127.0f;
     const float id = scale != 0.0f ? 1.0f / scale : 0.0f;
     y[b].d = FloatToF16(scale);
@@ -93,11 +92,11 @@ void QuantizeQ4_0Impl(const float* HWY_RESTRICT x, size_t n, BlockQ4_0* HWY_REST
   const size_t N = hn::Lanes(d);
   for (size_t b = 0; b < n / kKvBlockValues; ++b) {
     const float* xb = x + b * kKvBlockValues;
-    if (!BlockFinite(d, xb)) {
+    float amax;
+    if (!BlockAbsMax(d, xb, &amax)) {
       StoreNonFinite(&y[b]);
       continue;
     }
-    const float amax = BlockAbsMax(d, xb);
     float max = 0.0f;  // the first x of the largest magnitude
     for (int j = 0; j < kKvBlockValues; ++j) {
       if (std::fabs(xb[j]) == amax) {
