@@ -71,6 +71,10 @@ export interface Adapter<C = unknown> {
   version?: string;
   /** observations the engine does not have */
   unobserved?: Iterable<"kind" | "trimmable" | "bytes_per_token" | "out">;
+  /** the storage types (kv=) the engine can keep; a trace with another is not applicable */
+  storageTypes?: Iterable<"f32" | "bf16" | "q8_0" | "q4_0">;
+  /** why the other storage types are not expressible (the not-applicable reason) */
+  storageWhy?: string;
   /** the runner's --setting values; returns the settings in effect; throw for an unknown one */
   configure?(settings: Record<string, string>): Maybe<Record<string, string> | void>;
 

@@ -75,6 +75,19 @@ export class Session {
     return this.handles.get(h);
   }
 
+  // A layer whose storage type (kv=) the adapter does not list in
+  // `storageTypes` makes the trace not applicable, with `storageWhy`.
+  checkStorage(layers) {
+    const types = this.adapter.storageTypes;
+    if (!types) return;
+    const only = Array.from(types);
+    const typed = layers.find((l) => l.kind !== "ssm" && !only.includes(l.kv ?? "f32"));
+    if (typed) {
+      const why = this.adapter.storageWhy ?? `it stores only ${only.join(", ")}`;
+      throw new NotApplicable(`layer '${typed.name}' stores kv=${typed.kv}: ${why}`);
+    }
+  }
+
   call(method, ...args) {
     const fn = this.adapter[method];
     if (typeof fn !== "function") {
@@ -96,6 +109,7 @@ export class Session {
       return {};
     }
     if (method === "create") {
+      this.checkStorage(p.layers ?? []);
       return { handle: this.put(await this.call("create", p.rows, p.layers)) };
     }
     if (method === "forward") {

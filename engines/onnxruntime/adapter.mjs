@@ -11,7 +11,7 @@
 //                 length (its only lever; breaks its contract), or =replay:
 //                 restore the ring from before the last forward and replay
 //                 the kept tokens through the op.
-import { NotApplicable, serve } from "kvspec-adapter-kit";
+import { serve } from "kvspec-adapter-kit";
 import * as ops from "./cache_ops.mjs";
 
 const BUFFERS = ["full", "shared", "ring"];
@@ -21,6 +21,8 @@ serve({
   name: "onnxruntime",
   version: "1.30.0",
   unobserved: ["kind", "trimmable", "bytes_per_token"],
+  storageTypes: ["f32"],  // the cache is fp32 tensors: a kv= type has nothing to map to
+  storageWhy: "ONNX Runtime's CPU attention ops keep K/V in fp32 tensors",
   configure(given) {
     const s = { buffer: "full", ring_rollback: "length", ...given };
     for (const k of Object.keys(s)) if (!["buffer", "ring_rollback"].includes(k))
@@ -30,12 +32,7 @@ serve({
     settings = s;
     return s;
   },
-  create: (rows, layers) => {
-    // The cache is fp32 tensors: a storage type (kv=) has nothing to map to.
-    const typed = layers.find((l) => (l.kv ?? "f32") !== "f32");
-    if (typed) throw new NotApplicable(`layer '${typed.name}' stores kv=${typed.kv}: ONNX Runtime's CPU attention ops keep K/V in fp32 tensors`);
-    return ops.create(rows, layers, settings);
-  },
+  create: (rows, layers) => ops.create(rows, layers, settings),
   forward: async (cache, columns, ids, positions, left, right, decode) => {
     const { seen, outs } = await ops.forward(cache, { columns, ids, positions, left, right, decode });
     const key = (k) => { const [layer, row, pos] = k.split(",").map(Number); return { layer, row, pos }; };

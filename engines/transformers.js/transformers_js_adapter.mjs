@@ -9,7 +9,7 @@
 //                ReduceSum(attention_mask) - 1 (onnxruntime-genai's model builder).
 // A trace with ssm layers gets a Qwen3-Next model (linear_attention layers) in
 // either convention. docs/engines/transformers.js.md.
-import { NotApplicable, serve } from "kvspec-adapter-kit";
+import { serve } from "kvspec-adapter-kit";
 import * as ops from "./transformers_js_cache_ops.mjs";
 
 const EXPORTS = ["plain", "gqa"];
@@ -19,6 +19,8 @@ serve({
   name: "transformers.js",
   version: "4.3.1",
   unobserved: ["kind", "trimmable", "bytes_per_token"],
+  storageTypes: ["f32"],  // the cache is fp32 tensors: a kv= type has nothing to map to
+  storageWhy: "transformers.js keeps past_key_values as fp32 tensors",
   configure(given) {
     const s = { export: "plain", ...given };
     for (const k of Object.keys(s)) if (k !== "export") throw new Error(`unknown setting '${k}' (known: export=${EXPORTS.join("|")})`);
@@ -26,12 +28,7 @@ serve({
     settings = s;
     return s;
   },
-  create: (rows, layers) => {
-    // The cache is fp32 tensors: a storage type (kv=) has nothing to map to.
-    const typed = layers.find((l) => (l.kv ?? "f32") !== "f32");
-    if (typed) throw new NotApplicable(`layer '${typed.name}' stores kv=${typed.kv}: transformers.js keeps past_key_values as fp32 tensors`);
-    return ops.create(rows, layers, settings);
-  },
+  create: (rows, layers) => ops.create(rows, layers, settings),
   forward: (cache, columns, ids, positions, left, right, decode) => ops.forward(cache, { columns, ids, positions, left, right, decode }),
   trim: (cache, n, bypass) => ops.trim(cache, n, bypass),
   arm: (cache) => ops.arm(cache),

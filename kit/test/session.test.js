@@ -117,3 +117,20 @@ test("values: TRACE.md's generator", () => {
   assert.ok(d.every((x) => x >= -1 && x < 1));
   assert.equal(d.length, 64);
 });
+
+test("storageTypes: a layer of another storage type is not applicable, with storageWhy", async () => {
+  let created = 0;
+  const adapter = { name: "f", storageTypes: ["f32"], storageWhy: "fp32 tensors only",
+                    create() { created += 1; return {}; } };
+  const s = new Session(adapter);
+  const layer = (name, kind, kv) => ({ name, kind, kv, dim: 32, heads: 1 });
+  const a = await ask(s, 1, "create", { rows: 1, layers: [layer("a", "kv", "f32"), layer("b", "rotating", "q8_0")] });
+  assert.deepEqual(a.error, { type: "not_applicable", message: "layer 'b' stores kv=q8_0: fp32 tensors only" });
+  const b = await ask(s, 2, "create", { rows: 1, layers: [layer("a", "kv", "f32"), layer("s", "ssm", "f32")] });
+  assert.equal(typeof b.result.handle, "string");
+  assert.equal(created, 1);
+  // Without storageTypes every type reaches create.
+  const c = await ask(new Session({ name: "any", create() { return {}; } }), 3, "create",
+                      { rows: 1, layers: [layer("b", "kv", "q4_0")] });
+  assert.equal(typeof c.result.handle, "string");
+});
