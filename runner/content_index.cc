@@ -86,6 +86,16 @@ void RoundThrough(KvType type, const float* x, int dim, float* out) {
   }
 }
 
+// Whether the n floats at p all have the bit pattern `bits`.
+bool AllBits(const float* p, size_t n, uint32_t bits) {
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, p + i, 4);
+    if (b != bits) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 uint64_t ContentIndex::HashKv(int layer, const float* k, const float* v, size_t count) {
@@ -116,6 +126,7 @@ void ContentIndex::Remember(int layer, int32_t id, int32_t pos, const float* k,
 }
 
 Tag ContentIndex::Recover(int layer, const KvView& view, int row, int32_t slot) const {
+  if (view.type() == KvType::kF32) return RecoverF32(layer, view, row, slot);
   const size_t dim = static_cast<size_t>(view.dim);
   const KvType type = view.type();
   const size_t row_bytes = view.RowBytes();
@@ -148,6 +159,43 @@ Tag ContentIndex::Recover(int layer, const KvView& view, int row, int32_t slot) 
   WordHasher h;
   h.Value(static_cast<uint32_t>(layer));
   h.Floats(values.data(), values.size());
+  auto it = tags_.find(h.value());
+  if (it != tags_.end()) return it->second;
+  t.kind = Tag::kJunk;
+  return t;
+}
+
+// fp32 storage is read in place: no copy, no allocation (the runner recovers
+// every admitted slot after every forward).
+Tag ContentIndex::RecoverF32(int layer, const KvView& view, int row, int32_t slot) const {
+  const size_t dim = static_cast<size_t>(view.dim);
+  auto all_bits = [&](uint32_t bits) {
+    for (int h = 0; h < view.kv_heads; ++h) {
+      if (!AllBits(view.Key(row, h, slot), dim, bits) ||
+          !AllBits(view.Value(row, h, slot), dim, bits)) {
+        return false;
+      }
+    }
+    return true;
+  };
+  uint32_t pad_bits;
+  const float pad = trace::PadValue();
+  std::memcpy(&pad_bits, &pad, 4);
+  Tag t;
+  if (all_bits(0)) {
+    t.kind = Tag::kZero;
+    return t;
+  }
+  if (all_bits(pad_bits)) {
+    t.kind = Tag::kPad;
+    return t;
+  }
+  // The same sequence of values Remember hashed: every head's key, then
+  // every head's value.
+  WordHasher h;
+  h.Value(static_cast<uint32_t>(layer));
+  for (int hd = 0; hd < view.kv_heads; ++hd) h.Floats(view.Key(row, hd, slot), dim);
+  for (int hd = 0; hd < view.kv_heads; ++hd) h.Floats(view.Value(row, hd, slot), dim);
   auto it = tags_.find(h.value());
   if (it != tags_.end()) return it->second;
   t.kind = Tag::kJunk;

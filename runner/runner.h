@@ -101,6 +101,7 @@ class ContentIndex {
 
  private:
   static uint64_t HashKv(int layer, const float* k, const float* v, size_t count);
+  Tag RecoverF32(int layer, const KvView& view, int row, int32_t slot) const;
   std::unordered_map<uint64_t, Tag> tags_;
 };
 
